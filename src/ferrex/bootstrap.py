@@ -1,0 +1,89 @@
+"""Composition root: settings -> adapters -> MemoryService."""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from ferrex.config import Settings
+from ferrex.core.service import PIN_NAME, PIN_VARIANT, MemoryService
+from ferrex.embed.bm25 import Bm25Encoder
+from ferrex.embed.embedder import FastEmbedEmbedder
+from ferrex.embed.models import BUNDLED_VARIANT, tier_for_model
+from ferrex.embed.reranker import FastEmbedReranker
+from ferrex.store.edge import EdgeIndex
+from ferrex.store.sqlite import MetadataStore
+
+
+@dataclass
+class Options:
+    """Facts about how the settings were given that the settings alone do not carry."""
+
+    explicit_model_tier: bool = False
+    qdrant_client: object | None = None  # a ready QdrantClient (tests use ":memory:")
+
+
+def ensure_data_dir(path: Path) -> Path:
+    """Create the data dir with mode 0700 (memories are private)."""
+    path = path.expanduser()
+    path.mkdir(parents=True, exist_ok=True)
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        os.chmod(path, 0o700)
+    return path
+
+
+def build_service(settings: Settings, options: Options | None = None) -> MemoryService:
+    options = options or Options()
+    ensure_data_dir(settings.data_dir)
+    meta = MetadataStore(settings.db_path)
+    pinned = meta.get_meta(PIN_NAME)
+    tier = settings.model_tier
+    prefer_bundled = False
+    if pinned is not None and not options.explicit_model_tier:
+        pinned_tier = tier_for_model(pinned)
+        if pinned_tier is not None:
+            tier = pinned_tier.tier  # type: ignore[assignment]
+    if pinned is not None and (meta.get_meta(PIN_VARIANT) or "") == BUNDLED_VARIANT:
+        prefer_bundled = True
+    offline = settings.offline
+    embedder = FastEmbedEmbedder(
+        tier,
+        settings.models_dir,
+        model_path=settings.model_path,
+        offline=offline,
+        allow_bundled=settings.offline_fallback,
+        prefer_bundled=prefer_bundled,
+        threads=settings.threads,
+    )
+    reranker = FastEmbedReranker(
+        settings.reranker_tier,
+        settings.models_dir,
+        reranker_path=settings.reranker_path,
+        enabled=settings.rerank,
+        offline=offline,
+        threads=settings.threads,
+    )
+    if options.qdrant_client is not None or settings.qdrant_url:
+        from ferrex.store.qdrant import QdrantIndex, fail_fast
+
+        client = options.qdrant_client or fail_fast(
+            settings.qdrant_url or "", settings.qdrant_api_key
+        )
+        mode = "external" if settings.qdrant_url else "local"
+        index = QdrantIndex(client, mode=mode)  # type: ignore[arg-type]
+    else:
+        index = EdgeIndex(settings.index_path)
+    service = MemoryService(
+        settings,
+        meta,
+        index,
+        embedder,
+        Bm25Encoder(),
+        reranker,
+        explicit_model=options.explicit_model_tier,
+    )
+    service.check_pin()
+    return service

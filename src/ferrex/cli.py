@@ -1,0 +1,382 @@
+"""The ``ferrex`` command: the MCP server (default) and the operator commands.
+
+ferrex [options]                      start the MCP server on stdio
+ferrex doctor [--json] [--repair]     compare SQLite and the vector index
+ferrex rebuild-index [--model-tier X] recreate the vector index from SQLite
+ferrex export [--namespace NS]        JSON lines on stdout (or -o FILE)
+ferrex import FILE                    restore an export
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from ferrex import __version__
+from ferrex.config import ConfigError, Settings, load_settings
+from ferrex.logs import configure
+
+_TIERS = ["small", "mid", "best", "best-large", "multilingual"]
+_RERANKERS = ["default", "multilingual", "v2-m3", "v2-m3-int8", "turbo", "tiny", "ms-marco"]
+
+
+def _common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
+    default = argparse.SUPPRESS if suppress else None
+    add = parser.add_argument
+    add(
+        "--data-dir",
+        default=default,
+        metavar="DIR",
+        help="data directory (default ~/.ferrex; env FERREX_HOME)",
+    )
+    add(
+        "--config",
+        default=default,
+        metavar="FILE",
+        help="ferrex.toml to read (default <data dir>/ferrex.toml)",
+    )
+    add("--namespace", default=default, help="default namespace for tool calls (default 'default')")
+    add("--model-tier", default=default, choices=_TIERS, help="embedding model tier (default best)")
+    add(
+        "--model-path",
+        default=default,
+        metavar="DIR",
+        help="load the tier's model from this local directory",
+    )
+    add(
+        "--reranker-tier",
+        default=default,
+        choices=_RERANKERS,
+        help="cross-encoder tier (default 'default')",
+    )
+    add(
+        "--reranker-path", default=default, metavar="DIR", help="local ONNX cross-encoder directory"
+    )
+    add("--no-rerank", action="store_true", default=default, help="disable cross-encoder reranking")
+    add("--qdrant-url", default=default, metavar="URL", help="use an external Qdrant server")
+    add(
+        "--qdrant-api-key",
+        default=default,
+        metavar="KEY",
+        help="API key for --qdrant-url (env QDRANT_API_KEY)",
+    )
+    add(
+        "--staleness-config",
+        default=default,
+        metavar="FILE",
+        help="TOML file with [staleness] thresholds",
+    )
+    add(
+        "--log-level",
+        default=default,
+        choices=["debug", "info", "warning", "error"],
+        help="stderr log level",
+    )
+    add("--offline", action="store_true", default=default, help="never try to download models")
+    add("--threads", default=default, type=int, metavar="N", help="ONNX runtime threads")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ferrex",
+        description="Local-first long-term memory MCP server (stdio). Without a command, serves MCP.",
+    )
+    parser.add_argument("--version", action="version", version=f"ferrex {__version__}")
+    _common(parser, suppress=False)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    common = argparse.ArgumentParser(add_help=False)
+    _common(common, suppress=True)
+    commands.add_parser("serve", parents=[common], help="start the MCP server on stdio (default)")
+    doctor = commands.add_parser(
+        "doctor", parents=[common], help="check SQLite and the vector index agree"
+    )
+    doctor.add_argument("--json", action="store_true", help="machine-readable report")
+    doctor.add_argument(
+        "--repair", action="store_true", help="fix orphans both ways and replay the journal"
+    )
+    commands.add_parser(
+        "rebuild-index", parents=[common], help="recreate the vector index from SQLite"
+    )
+    export = commands.add_parser(
+        "export", parents=[common], help="write every memory as JSON lines"
+    )
+    export.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    export.add_argument(
+        "--only-namespace", dest="only_namespace", metavar="NS", help=argparse.SUPPRESS
+    )
+    importer = commands.add_parser(
+        "import", parents=[common], help="restore memories from an export file"
+    )
+    importer.add_argument("file", metavar="FILE", help="export file (JSON lines); '-' for stdin")
+    return parser
+
+
+def _settings(args: argparse.Namespace) -> tuple[Settings, bool]:
+    cli: dict[str, Any] = {
+        "data_dir": getattr(args, "data_dir", None),
+        "namespace": getattr(args, "namespace", None),
+        "model_tier": getattr(args, "model_tier", None),
+        "model_path": getattr(args, "model_path", None),
+        "reranker_tier": getattr(args, "reranker_tier", None),
+        "reranker_path": getattr(args, "reranker_path", None),
+        "rerank": False if getattr(args, "no_rerank", None) else None,
+        "qdrant_url": getattr(args, "qdrant_url", None),
+        "qdrant_api_key": getattr(args, "qdrant_api_key", None),
+        "log_level": getattr(args, "log_level", None),
+        "offline": True if getattr(args, "offline", None) else None,
+        "threads": getattr(args, "threads", None),
+    }
+    config = getattr(args, "config", None)
+    staleness = getattr(args, "staleness_config", None)
+    settings, warnings = load_settings(
+        cli=cli,
+        config_path=Path(config).expanduser() if config else None,
+        staleness_path=Path(staleness).expanduser() if staleness else None,
+    )
+    configure(settings.log_level)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    return settings, "model_tier" in settings.model_fields_set
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        settings, explicit_tier = _settings(args)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    command = args.command or "serve"
+    if settings.qdrant_url:
+        from ferrex.store.qdrant import QdrantUnreachableError, connect
+
+        try:
+            connect(settings.qdrant_url, settings.qdrant_api_key).close()
+        except QdrantUnreachableError as exc:
+            print(str(exc), file=sys.stderr, flush=True)
+            return 2
+    if command == "serve":
+        return _serve(settings, explicit_tier)
+    if command == "doctor":
+        return _doctor(settings, explicit_tier, as_json=args.json, repair=args.repair)
+    if command == "rebuild-index":
+        return _rebuild(settings, explicit_tier)
+    if command == "export":
+        return _export(settings, explicit_tier, args.output, getattr(args, "namespace", None))
+    if command == "import":
+        return _import(settings, explicit_tier, args.file)
+    parser.error(f"unknown command {command}")
+    return 2
+
+
+# --------------------------------------------------------------------------- backend
+
+
+def _backend(settings: Settings, explicit_tier: bool) -> Any:
+    from ferrex.bootstrap import Options, build_service, ensure_data_dir
+    from ferrex.server.dispatch import dispatch
+    from ferrex.server.engine import SharedBackend
+
+    ensure_data_dir(settings.data_dir)
+    return SharedBackend(
+        settings.data_dir,
+        lambda: build_service(settings, Options(explicit_model_tier=explicit_tier)),
+        dispatch,
+    )
+
+
+def _serve(settings: Settings, explicit_tier: bool) -> int:
+    from ferrex.server.app import run
+
+    return run(_backend(settings, explicit_tier))
+
+
+def _operate(settings: Settings, explicit_tier: bool, op: str, arguments: dict[str, Any]) -> Any:
+    from ferrex.core.errors import FerrexError
+
+    backend = _backend(settings, explicit_tier)
+
+    async def go() -> Any:
+        async with anyio.create_task_group() as tasks:
+            try:
+                await backend.start(tasks)
+                return await backend.call(op, arguments)
+            finally:
+                tasks.cancel_scope.cancel()
+                with anyio.CancelScope(shield=True):
+                    await backend.aclose()
+
+    try:
+        return anyio.run(go)
+    except FerrexError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _doctor(settings: Settings, explicit_tier: bool, *, as_json: bool, repair: bool) -> int:
+    report = _operate(settings, explicit_tier, "doctor", {"repair": repair})
+    if as_json:
+        sys.stdout.write(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    else:
+        sys.stdout.write(render_doctor(report))
+    return 0 if report.get("ok") else 1
+
+
+def render_doctor(report: dict[str, Any]) -> str:
+    def mark(ok: bool) -> str:
+        return "ok  " if ok else "FAIL"
+
+    model = report.get("model", {})
+    lines = [
+        f"ferrex doctor — {report['data_dir']}",
+        f"[{mark(report['permissions']['ok'])}] data dir permissions {report['permissions']['mode']}",
+        f"[ok  ] schema version {report['schema_version']}",
+        f"[ok  ] vector index mode: {report['mode']}",
+        f"[{mark(bool(model.get('available')))}] embedding model: pinned {model.get('pinned')} "
+        f"({model.get('dimension')}-d, {model.get('variant') or 'fastembed'})"
+        + ("" if model.get("available") else f" — {model.get('error')}"),
+        f"[{'ok  ' if report['reranker']['available'] else 'warn'}] reranker: "
+        + ("available" if report["reranker"]["available"] else str(report["reranker"]["reason"])),
+        f"[{mark(report['journal_backlog'] == 0)}] journal backlog: {report['journal_backlog']}",
+        f"      SQLite: {report['sqlite']['memories']} memories, {report['sqlite']['expected_points']} expected points",
+        f"      index:  {report['index']['memories']} memories, {report['index']['points']} points",
+        f"[{mark(report['missing_in_index']['count'] == 0)}] missing in index: {report['missing_in_index']['count']}",
+        f"[{mark(report['orphans_in_index']['count'] == 0)}] orphans in index: {report['orphans_in_index']['count']}",
+        f"[{mark(report['chunk_mismatch']['count'] == 0)}] chunk mismatches: {report['chunk_mismatch']['count']}",
+    ]
+    if "repaired" in report:
+        lines.append(f"      repaired: {report['repaired']}")
+    lines.append(
+        "SQLite and the index agree."
+        if report["in_agreement"]
+        else "SQLite and the index DISAGREE: run `ferrex doctor --repair`."
+    )
+    return "\n".join(lines) + "\n"
+
+
+def _progress(label: str) -> Any:
+    def show(done: int, total: int) -> None:
+        width = 30
+        fraction = done / total if total else 1.0
+        bar = "#" * int(width * fraction) + "." * (width - int(width * fraction))
+        sys.stderr.write(f"\r{label}: {done}/{total} [{bar}] {fraction:4.0%}")
+        if done >= total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+    return show
+
+
+def _rebuild(settings: Settings, explicit_tier: bool) -> int:
+    """Rebuild in this process (it must own the data dir: a model change needs exclusive access)."""
+    from ferrex.bootstrap import Options, build_service, ensure_data_dir
+    from ferrex.core.errors import FerrexError
+    from ferrex.core.maintenance import rebuild
+    from ferrex.server.engine import OwnerLock
+
+    ensure_data_dir(settings.data_dir)
+    lock = OwnerLock(settings.data_dir)
+    if not lock.try_acquire():
+        print(
+            f"error: a ferrex server (pid {lock.owner_pid()}) is using {settings.data_dir}; stop it "
+            "(close the MCP clients) and run rebuild-index again",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        if explicit_tier:
+            # A model change: unpin, mark the rebuild as pending (an interrupted rebuild resumes
+            # at the next start), then re-embed everything with the requested tier.
+            _unpin_for_rebuild(settings)
+        service = build_service(settings, Options(explicit_model_tier=explicit_tier))
+        try:
+            result = rebuild(service, _progress("rebuilding index"), repin=explicit_tier)
+        finally:
+            service.close()
+    except FerrexError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 2
+    finally:
+        lock.release()
+    print(json.dumps(result), file=sys.stderr)
+    return 0
+
+
+def _unpin_for_rebuild(settings: Settings) -> None:
+    from ferrex.core.service import (
+        PIN_DIMENSION,
+        PIN_NAME,
+        PIN_SOURCE,
+        PIN_VARIANT,
+        REBUILD_PENDING,
+    )
+    from ferrex.store.sqlite import MetadataStore
+
+    meta = MetadataStore(settings.db_path)
+    try:
+        with meta.transaction():
+            meta.set_meta(REBUILD_PENDING, "1")
+            for key in (PIN_NAME, PIN_DIMENSION, PIN_VARIANT, PIN_SOURCE):
+                meta._x("DELETE FROM meta WHERE key = ?", (key,))
+    finally:
+        meta.close()
+
+
+def _export(
+    settings: Settings, explicit_tier: bool, output: str | None, namespace: str | None
+) -> int:
+    explicit_namespace = namespace if namespace is not None else None
+    lines = _operate(settings, explicit_tier, "export", {"namespace": explicit_namespace})
+    handle = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
+    try:
+        for record in lines:
+            handle.write(json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n")
+    finally:
+        if output:
+            handle.close()
+    print(
+        f"exported {sum(1 for r in lines if r.get('kind') == 'memory')} memories", file=sys.stderr
+    )
+    return 0
+
+
+def _read_records(path: str) -> Iterable[dict[str, Any]]:
+    handle = sys.stdin if path == "-" else open(path, encoding="utf-8")  # noqa: SIM115
+    try:
+        for number, line in enumerate(handle, start=1):
+            if line.strip():
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise SystemExit(
+                        f"error: line {number} of {path} is not JSON: {exc.msg}"
+                    ) from None
+    finally:
+        if path != "-":
+            handle.close()
+
+
+def _import(settings: Settings, explicit_tier: bool, path: str) -> int:
+    if path != "-" and not os.path.exists(path):
+        print(f"error: no such file: {path}", file=sys.stderr)
+        return 2
+    records = list(_read_records(path))
+    memories = sum(1 for r in records if r.get("kind") == "memory")
+    print(f"importing {memories} memories…", file=sys.stderr)
+    result = _operate(settings, explicit_tier, "import", {"records": records})
+    print(
+        f"imported {result['imported']} memories; {len(result['duplicates'])} already present "
+        f"(kept as they were); {result['entities']} entities",
+        file=sys.stderr,
+    )
+    if result["duplicates"]:
+        print("duplicates: " + ", ".join(result["duplicates"][:50]), file=sys.stderr)
+    return 0

@@ -1,0 +1,436 @@
+"""Configuration: one pydantic model holding every setting with the spec's defaults.
+
+Precedence: CLI flag > ``FERREX_*`` environment > ``ferrex.toml`` > defaults. Unknown keys in the
+TOML file (or ``FERREX_*`` variables that name no setting) are reported as warnings, never
+silently ignored. ``ferrex.toml.example`` at the repository root documents every key.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+ModelTier = Literal["small", "mid", "best", "best-large", "multilingual"]
+RerankerTier = Literal[
+    "default", "multilingual", "v2-m3", "v2-m3-int8", "turbo", "tiny", "ms-marco"
+]
+LogLevel = Literal["debug", "info", "warning", "error"]
+MemoryTypeName = Literal["episodic", "semantic", "procedural"]
+
+NAMESPACE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="ignore", validate_assignment=True)
+
+
+class Thresholds(_Section):
+    """Staleness thresholds in days: fresh < ``fresh``; stale >= ``stale``; aging in between."""
+
+    fresh: float = Field(ge=0)
+    aging: float = Field(ge=0)
+    stale: float = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Thresholds:
+        if not self.fresh <= self.aging <= self.stale:
+            raise ValueError("staleness thresholds need fresh <= aging <= stale")
+        return self
+
+
+class TypeThresholds(_Section):
+    episodic: Thresholds | None = None
+    semantic: Thresholds | None = None
+    procedural: Thresholds | None = None
+
+
+def _default_type_thresholds() -> TypeThresholds:
+    return TypeThresholds(
+        episodic=Thresholds(fresh=30, aging=90, stale=90),
+        semantic=Thresholds(fresh=90, aging=180, stale=180),
+        procedural=Thresholds(fresh=180, aging=365, stale=365),
+    )
+
+
+class StalenessWeights(_Section):
+    """Weights of the staleness score (spec Layer 2: high for age and validation, low for access)."""
+
+    age: float = Field(default=0.45, ge=0)
+    validated: float = Field(default=0.45, ge=0)
+    accessed: float = Field(default=0.05, ge=0, le=0.5)
+    access_count: float = Field(default=0.05, ge=0, le=0.5)
+
+
+class StalenessConfig(_Section):
+    defaults: TypeThresholds = Field(default_factory=_default_type_thresholds)
+    namespaces: dict[str, TypeThresholds] = Field(default_factory=dict)
+    weights: StalenessWeights = Field(default_factory=StalenessWeights)
+
+    @model_validator(mode="after")
+    def _fill_defaults(self) -> StalenessConfig:
+        base = _default_type_thresholds()
+        for name in ("episodic", "semantic", "procedural"):
+            if getattr(self.defaults, name) is None:
+                setattr(self.defaults, name, getattr(base, name))
+        return self
+
+    def thresholds(self, namespace: str, memory_type: str) -> Thresholds:
+        override = self.namespaces.get(namespace)
+        if override is not None and getattr(override, memory_type) is not None:
+            return getattr(override, memory_type)  # type: ignore[no-any-return]
+        value = getattr(self.defaults, memory_type)
+        assert value is not None
+        return value  # type: ignore[no-any-return]
+
+
+class RecencyCurve(_Section):
+    """recency_boost = 1 + amplitude * 2^(-age_days / half_life_days)."""
+
+    amplitude: float = Field(ge=0, le=5)
+    half_life_days: float = Field(ge=0)
+
+
+class RecencyConfig(_Section):
+    episodic: RecencyCurve = Field(
+        default_factory=lambda: RecencyCurve(amplitude=0.3, half_life_days=30)
+    )
+    semantic: RecencyCurve = Field(
+        default_factory=lambda: RecencyCurve(amplitude=0.15, half_life_days=180)
+    )
+    procedural: RecencyCurve = Field(
+        default_factory=lambda: RecencyCurve(amplitude=0.0, half_life_days=0)
+    )
+
+
+class RetrievalConfig(_Section):
+    prefetch_limit: int = Field(default=30, ge=1, le=2000)
+    rrf_k: int = Field(default=60, ge=1, le=1000)
+    default_limit: int = Field(default=5, ge=1, le=200)
+    max_limit: int = Field(default=200, ge=1, le=1000)
+    rerank_top_n: int = Field(default=20, ge=0, le=200)
+    hnsw_ef: int = Field(default=128, ge=4, le=4096)
+
+
+class DedupConfig(_Section):
+    threshold: float = Field(default=0.95, gt=0, le=1.0)
+
+
+class ConflictConfig(_Section):
+    duplicate_threshold: float = Field(default=0.95, gt=0, le=1.0)
+    different_threshold: float = Field(default=0.5, ge=0, lt=1.0)
+    object_embedding_threshold: float = Field(default=0.95, gt=0, le=1.0)
+    multi_valued_predicates: list[str] = Field(default_factory=list)
+    namespaces: dict[str, ConflictNamespace] = Field(default_factory=dict)
+
+    def multi_valued(self, namespace: str) -> list[str]:
+        override = self.namespaces.get(namespace)
+        if override is not None and override.multi_valued_predicates is not None:
+            return override.multi_valued_predicates
+        return self.multi_valued_predicates
+
+
+class ConflictNamespace(_Section):
+    multi_valued_predicates: list[str] | None = None
+
+
+ConflictConfig.model_rebuild()
+
+
+def _default_synonyms() -> dict[str, list[str]]:
+    return {
+        "depends_on": ["uses", "depends_on", "requires", "needs"],
+        "built_with": ["written_in", "implemented_in", "built_with"],
+        "version": ["version", "runs_version", "at_version"],
+        "owned_by": ["owned_by", "maintained_by", "managed_by"],
+    }
+
+
+class PredicateNamespace(_Section):
+    synonyms: dict[str, list[str]] = Field(default_factory=dict)
+    replace: bool = False
+
+
+class PredicatesConfig(_Section):
+    fuzzy_threshold: float = Field(default=0.85, gt=0, le=1.0)
+    synonyms: dict[str, list[str]] = Field(default_factory=_default_synonyms)
+    namespaces: dict[str, PredicateNamespace] = Field(default_factory=dict)
+
+    def synonyms_for(self, namespace: str) -> dict[str, list[str]]:
+        override = self.namespaces.get(namespace)
+        if override is None:
+            return self.synonyms
+        if override.replace:
+            return dict(override.synonyms)
+        merged = {key: list(values) for key, values in self.synonyms.items()}
+        for canonical, values in override.synonyms.items():
+            merged.setdefault(canonical, [])
+            merged[canonical].extend(values)
+        return merged
+
+
+class EntitiesConfig(_Section):
+    fuzzy_threshold: float = Field(default=0.85, gt=0, le=1.0)
+    embedding_threshold: float = Field(default=0.92, gt=0, le=1.0)
+    candidate_threshold: float = Field(default=0.80, gt=0, le=1.0)
+
+
+class LifecycleConfig(_Section):
+    max_memories: int = Field(default=0, ge=0)
+    max_storage_mb: float = Field(default=0.0, ge=0)
+    superseded_retention_days: float = Field(default=180.0, ge=0)
+    episodic_half_life_days: float = Field(default=30.0, gt=0)
+    access_flush_seconds: float = Field(default=1.0, gt=0, le=60)
+    inactive_entity_days: float = Field(default=90.0, ge=0)
+
+
+class CacheConfig(_Section):
+    enabled: bool = True
+    size: int = Field(default=256, ge=1, le=100_000)
+
+
+class LimitsConfig(_Section):
+    max_content_chars: int = Field(default=32_000, ge=100)
+    max_field_chars: int = Field(default=2_000, ge=10)
+    max_query_chars: int = Field(default=4_000, ge=10)
+    max_entities: int = Field(default=32, ge=1)
+    max_steps: int = Field(default=100, ge=1)
+    max_ids: int = Field(default=500, ge=1)
+    max_context_bytes: int = Field(default=16_384, ge=16)
+
+
+class Settings(_Section):
+    """Every ferrex setting. Field names are the TOML keys."""
+
+    data_dir: Path = Field(default_factory=lambda: Path("~/.ferrex").expanduser())
+    namespace: str = Field(default="default", pattern=NAMESPACE_PATTERN)
+    log_level: LogLevel = "info"
+    model_tier: ModelTier = "best"
+    model_path: Path | None = None
+    offline: bool = False
+    offline_fallback: bool = True
+    rerank: bool = True
+    reranker_tier: RerankerTier = "default"
+    reranker_path: Path | None = None
+    qdrant_url: str | None = None
+    qdrant_api_key: str | None = None
+    threads: int | None = Field(default=None, ge=1, le=64)
+
+    retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
+    recency: RecencyConfig = Field(default_factory=RecencyConfig)
+    dedup: DedupConfig = Field(default_factory=DedupConfig)
+    conflict: ConflictConfig = Field(default_factory=ConflictConfig)
+    predicates: PredicatesConfig = Field(default_factory=PredicatesConfig)
+    entities: EntitiesConfig = Field(default_factory=EntitiesConfig)
+    staleness: StalenessConfig = Field(default_factory=StalenessConfig)
+    lifecycle: LifecycleConfig = Field(default_factory=LifecycleConfig)
+    cache: CacheConfig = Field(default_factory=CacheConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+
+    @field_validator("data_dir", "model_path", "reranker_path", mode="before")
+    @classmethod
+    def _expand(cls, value: Any) -> Any:
+        if isinstance(value, str) and value:
+            return Path(value).expanduser()
+        return value
+
+    @property
+    def db_path(self) -> Path:
+        return self.data_dir / "ferrex.db"
+
+    @property
+    def index_path(self) -> Path:
+        return self.data_dir / "index"
+
+    @property
+    def models_dir(self) -> Path:
+        return self.data_dir / "models"
+
+
+# --------------------------------------------------------------------------- loading
+
+# Environment variables that map to top-level keys (besides the generic FERREX_<KEY> form).
+ENV_ALIASES: dict[str, str] = {
+    "FERREX_HOME": "data_dir",
+    "FERREX_LOG": "log_level",
+    "QDRANT_API_KEY": "qdrant_api_key",
+}
+_BOOL_TRUE = {"1", "true", "yes", "on"}
+_BOOL_FALSE = {"0", "false", "no", "off"}
+
+
+class ConfigError(Exception):
+    """A configuration problem the user must fix (message says how)."""
+
+
+def _fields_of(model: type[BaseModel]) -> dict[str, Any]:
+    return dict(model.model_fields)
+
+
+def unknown_keys(
+    data: Mapping[str, Any], model: type[BaseModel], prefix: str = ""
+) -> Iterator[str]:
+    """Yield dotted paths of keys in ``data`` that the settings model does not know."""
+    fields = _fields_of(model)
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if key not in fields:
+            yield path
+            continue
+        annotation = fields[key].annotation
+        sub = _submodel(annotation)
+        if sub is not None and isinstance(value, Mapping):
+            yield from unknown_keys(value, sub, prefix=f"{path}.")
+        elif _is_dict_of_models(annotation) and isinstance(value, Mapping):
+            inner = _dict_value_model(annotation)
+            for name, item in value.items():
+                if inner is not None and isinstance(item, Mapping):
+                    yield from unknown_keys(item, inner, prefix=f"{path}.{name}.")
+
+
+def _submodel(annotation: Any) -> type[BaseModel] | None:
+    candidates = [annotation, *getattr(annotation, "__args__", ())]
+    for candidate in candidates:
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
+
+
+def _is_dict_of_models(annotation: Any) -> bool:
+    return (
+        getattr(annotation, "__origin__", None) is dict
+        and _dict_value_model(annotation) is not None
+    )
+
+
+def _dict_value_model(annotation: Any) -> type[BaseModel] | None:
+    args = getattr(annotation, "__args__", ())
+    if len(args) == 2:
+        return _submodel(args[1])
+    return None
+
+
+def deep_merge(base: dict[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge ``overlay`` into a copy of ``base`` (nested dicts merge, other values replace)."""
+    out = dict(base)
+    for key, value in overlay.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = deep_merge(dict(out[key]), value)
+        else:
+            out[key] = value
+    return out
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError as exc:
+        raise ConfigError(f"config file not found: {path}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+
+
+def env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
+    """Settings from ``FERREX_*`` variables: ``FERREX_MODEL_TIER``, ``FERREX_RETRIEVAL__RRF_K``..."""
+    data: dict[str, Any] = {}
+    unknown: list[str] = []
+    top = _fields_of(Settings)
+    for name, raw in environ.items():
+        if name in ENV_ALIASES:
+            data[ENV_ALIASES[name]] = raw
+            continue
+        if not name.startswith("FERREX_") or name.startswith("FERREX_TEST_"):
+            continue
+        path = name[len("FERREX_") :].lower().split("__")
+        if path[0] not in top:
+            unknown.append(name)
+            continue
+        cursor = data
+        for part in path[:-1]:
+            cursor = cursor.setdefault(part, {})
+        cursor[path[-1]] = _coerce_env(raw)
+    return data, unknown
+
+
+def _coerce_env(raw: str) -> Any:
+    lowered = raw.strip().lower()
+    if lowered in _BOOL_TRUE:
+        return True
+    if lowered in _BOOL_FALSE:
+        return False
+    if raw.strip().startswith("["):
+        try:
+            import json
+
+            return json.loads(raw)
+        except ValueError:
+            return raw
+    return raw
+
+
+def load_settings(
+    cli: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+    config_path: Path | None = None,
+    staleness_path: Path | None = None,
+) -> tuple[Settings, list[str]]:
+    """Build the settings with precedence CLI > env > file > defaults.
+
+    Returns the settings and a list of human-readable warnings (unknown keys...).
+    """
+    environ = os.environ if environ is None else environ
+    cli = {k: v for k, v in (cli or {}).items() if v is not None}
+    warnings: list[str] = []
+
+    env_data, unknown_env = env_overrides(environ)
+    warnings.extend(f"unknown environment variable {name} (ignored)" for name in unknown_env)
+
+    data_dir = cli.get("data_dir") or env_data.get("data_dir")
+    explicit_config = config_path is not None
+    if config_path is None:
+        base_dir = Path(str(data_dir)).expanduser() if data_dir else Path("~/.ferrex").expanduser()
+        config_path = base_dir / "ferrex.toml"
+    file_data: dict[str, Any] = {}
+    if explicit_config or config_path.exists():
+        file_data = read_toml(config_path)
+        if not explicit_config:
+            file_data.pop("data_dir", None)
+    if staleness_path is not None:
+        extra = read_toml(staleness_path)
+        staleness_only = extra.get("staleness", extra)
+        file_data = deep_merge(file_data, {"staleness": staleness_only})
+    warnings.extend(
+        f"unknown key '{key}' in {config_path} (ignored)"
+        for key in unknown_keys(file_data, Settings)
+    )
+
+    merged = deep_merge(deep_merge(file_data, env_data), _nest(cli))
+    try:
+        settings = Settings.model_validate(merged)
+    except ValidationError as exc:
+        raise ConfigError(_describe_validation(exc)) from exc
+    return settings, warnings
+
+
+def _nest(flat: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        parts = key.split(".")
+        cursor = out
+        for part in parts[:-1]:
+            cursor = cursor.setdefault(part, {})
+        cursor[parts[-1]] = value
+    return out
+
+
+def _describe_validation(exc: ValidationError) -> str:
+    lines = []
+    for error in exc.errors():
+        where = ".".join(str(p) for p in error["loc"])
+        lines.append(f"invalid setting '{where}': {error['msg']}")
+    return "; ".join(lines)

@@ -1,0 +1,113 @@
+"""Semantic caching on recall (spec Phase 5: "LRU, embed-hash keyed").
+
+Two LRUs: query text -> embedding (skips the model for repeated queries), and
+(namespace, embedding hash, every recall parameter) -> the expensive part of a recall: the fused
+candidate list and the cross-encoder scores. Freshness, staleness filtering and boosts are
+recomputed from SQLite on every call, so a hit returns exactly what a miss would have. Any write
+to a namespace bumps its generation and drops its entries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class LRU(Generic[K, V]):
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._items: OrderedDict[K, V] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: K) -> V | None:
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                self.hits += 1
+                return self._items[key]
+            self.misses += 1
+            return None
+
+    def put(self, key: K, value: V) -> None:
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self.capacity:
+                self._items.popitem(last=False)
+
+    def drop_where(self, predicate: Any) -> None:
+        with self._lock:
+            for key in [k for k in self._items if predicate(k)]:
+                del self._items[key]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+def embedding_hash(vector: np.ndarray) -> str:
+    return hashlib.blake2b(
+        np.asarray(vector, dtype=np.float32).tobytes(), digest_size=16
+    ).hexdigest()
+
+
+@dataclass
+class CachedRecall:
+    """Fused candidates (memory id, fused score, ranks) and rerank scores by memory id."""
+
+    fused: list[tuple[str, float, int | None, int | None]]
+    rerank_scores: dict[str, float] = field(default_factory=dict)
+
+
+class RecallCache:
+    def __init__(self, capacity: int, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.queries: LRU[tuple[str, str], np.ndarray] = LRU(max(16, capacity * 4))
+        self.results: LRU[tuple[Any, ...], CachedRecall] = LRU(capacity)
+        self._generation: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def generation(self, namespace: str) -> int:
+        with self._lock:
+            return self._generation.get(namespace, 0)
+
+    def invalidate(self, namespace: str | None = None) -> None:
+        with self._lock:
+            if namespace is None:
+                self._generation = {k: v + 1 for k, v in self._generation.items()}
+                self.results.clear()
+                return
+            self._generation[namespace] = self._generation.get(namespace, 0) + 1
+        self.results.drop_where(lambda key: key[0] == namespace)
+
+    def key(self, namespace: str, vector_hash: str, params: tuple[Any, ...]) -> tuple[Any, ...]:
+        return (namespace, self.generation(namespace), vector_hash, params)
+
+    def get(self, key: tuple[Any, ...]) -> CachedRecall | None:
+        return self.results.get(key) if self.enabled else None
+
+    def put(self, key: tuple[Any, ...], value: CachedRecall) -> None:
+        if self.enabled:
+            self.results.put(key, value)
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "entries": len(self.results),
+            "hits": self.results.hits,
+            "misses": self.results.misses,
+            "query_embeddings": len(self.queries),
+        }

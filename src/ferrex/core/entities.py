@@ -1,0 +1,203 @@
+"""Entity resolution (spec "Entity Resolution"): normalize -> exact/alias -> Jaro-Winkler ->
+embedding cosine -> new entity.
+
+Matches through the fuzzy or embedding stages become aliases of the canonical entity; an
+embedding cosine in [candidate_threshold, embedding_threshold] is recorded as an alias candidate
+for reflect. Entities are per namespace.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+import numpy as np
+from rapidfuzz import process
+from rapidfuzz.distance import JaroWinkler
+
+from ferrex.core.ports import Vector
+
+_SEPARATORS = re.compile(r"[\s_\-]+")
+_DIGITS = re.compile(r"\d+")
+
+
+def normalize_entity(name: str) -> str:
+    """ "Tokio" -> "tokio"; " api server " -> "api server"; "api_server" -> "api server"."""
+    return _SEPARATORS.sub(" ", name.strip().lower()).strip()
+
+
+def numbers_differ(a: str, b: str) -> bool:
+    """True when two names carry different numbers ("python2" vs "python3", "v1.36" vs "v1.38").
+
+    Jaro-Winkler rates such pairs above 0.85; they are different things, never aliases.
+    """
+    return _DIGITS.findall(a) != _DIGITS.findall(b)
+
+
+class EntityRecord(Protocol):
+    id: int
+    display_name: str
+
+
+class EntityStore(Protocol):
+    """The part of the metadata store entity resolution needs."""
+
+    def entity_by_name(self, namespace: str, name: str) -> EntityRecord | None: ...
+
+    def entity_names(self, namespace: str) -> list[tuple[str, int]]: ...
+
+    def entity_embeddings(self, namespace: str) -> tuple[list[int], np.ndarray | None]: ...
+
+    def create_entity(
+        self,
+        namespace: str,
+        name: str,
+        display_name: str,
+        embedding: np.ndarray | None,
+        at: datetime,
+    ) -> int: ...
+
+    def add_alias(
+        self, namespace: str, alias: str, entity_id: int, method: str, score: float, at: datetime
+    ) -> None: ...
+
+    def add_alias_candidate(
+        self, namespace: str, name: str, entity_id: int, score: float, at: datetime
+    ) -> None: ...
+
+
+@dataclass(frozen=True)
+class EntityResolution:
+    name: str
+    normalized: str
+    entity_id: int | None
+    method: str  # "exact" | "fuzzy" | "embedding" | "new" | "unresolved"
+    score: float = 1.0
+    candidate: tuple[int, float] | None = None
+
+
+class EntityResolver:
+    """Layered resolution with a per-namespace cache of names and name embeddings."""
+
+    def __init__(
+        self,
+        store: EntityStore,
+        embed_names: Callable[[Sequence[str]], list[Vector]],
+        *,
+        fuzzy_threshold: float = 0.85,
+        embedding_threshold: float = 0.92,
+        candidate_threshold: float = 0.80,
+    ) -> None:
+        self.store = store
+        self.embed_names = embed_names
+        self.fuzzy_threshold = fuzzy_threshold
+        self.embedding_threshold = embedding_threshold
+        self.candidate_threshold = candidate_threshold
+        self._names: dict[str, tuple[list[str], list[int]]] = {}
+        self._vectors: dict[str, tuple[list[int], np.ndarray | None]] = {}
+        self._lock = threading.RLock()
+
+    def invalidate(self, namespace: str | None = None) -> None:
+        with self._lock:
+            if namespace is None:
+                self._names.clear()
+                self._vectors.clear()
+            else:
+                self._names.pop(namespace, None)
+                self._vectors.pop(namespace, None)
+
+    def _name_table(self, namespace: str) -> tuple[list[str], list[int]]:
+        with self._lock:
+            if namespace not in self._names:
+                rows = self.store.entity_names(namespace)
+                self._names[namespace] = ([n for n, _ in rows], [e for _, e in rows])
+            return self._names[namespace]
+
+    def _vector_table(self, namespace: str) -> tuple[list[int], np.ndarray | None]:
+        with self._lock:
+            if namespace not in self._vectors:
+                self._vectors[namespace] = self.store.entity_embeddings(namespace)
+            return self._vectors[namespace]
+
+    # ------------------------------------------------------------------ stages
+
+    def fuzzy_match(self, namespace: str, normalized: str) -> tuple[int, float] | None:
+        names, ids = self._name_table(namespace)
+        if not names:
+            return None
+        matches = process.extract(
+            normalized,
+            names,
+            scorer=JaroWinkler.similarity,
+            limit=8,
+            score_cutoff=self.fuzzy_threshold + 1e-12,
+        )
+        for matched, score, position in matches:
+            if score > self.fuzzy_threshold and not numbers_differ(normalized, matched):
+                return ids[position], float(score)
+        return None
+
+    def embedding_match(
+        self, namespace: str, vector: Vector, normalized: str
+    ) -> tuple[int, float] | None:
+        ids, matrix = self._vector_table(namespace)
+        if matrix is None or not ids:
+            return None
+        scores = matrix @ np.asarray(vector, dtype=np.float32)
+        order = np.argsort(-scores, kind="stable")
+        names, name_ids = self._name_table(namespace)
+        canonical_by_id = {eid: name for name, eid in zip(names, name_ids, strict=True)}
+        for position in order[:8]:
+            entity_id = ids[int(position)]
+            if numbers_differ(normalized, canonical_by_id.get(entity_id, "")):
+                continue
+            return entity_id, float(scores[int(position)])
+        return None
+
+    # ------------------------------------------------------------------ pipeline
+
+    def resolve(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        create: bool,
+        at: datetime,
+        vector: Vector | None = None,
+    ) -> EntityResolution:
+        """Resolve one name; with ``create`` a miss creates the entity (and aliases/candidates)."""
+        normalized = normalize_entity(name)
+        display = " ".join(name.split())
+        if not normalized:
+            return EntityResolution(name, normalized, None, "unresolved", 0.0)
+        exact = self.store.entity_by_name(namespace, normalized)
+        if exact is not None:
+            return EntityResolution(name, normalized, exact.id, "exact", 1.0)
+        fuzzy = self.fuzzy_match(namespace, normalized)
+        if fuzzy is not None:
+            if create:
+                self.store.add_alias(namespace, normalized, fuzzy[0], "fuzzy", fuzzy[1], at)
+                self.invalidate(namespace)
+            return EntityResolution(name, normalized, fuzzy[0], "fuzzy", fuzzy[1])
+        if vector is None:
+            vector = self.embed_names([display])[0]
+        nearest = self.embedding_match(namespace, vector, normalized)
+        if nearest is not None and nearest[1] > self.embedding_threshold:
+            if create:
+                self.store.add_alias(namespace, normalized, nearest[0], "embedding", nearest[1], at)
+                self.invalidate(namespace)
+            return EntityResolution(name, normalized, nearest[0], "embedding", nearest[1])
+        candidate = None
+        if nearest is not None and nearest[1] >= self.candidate_threshold:
+            candidate = nearest
+        if not create:
+            return EntityResolution(name, normalized, None, "unresolved", 0.0, candidate)
+        entity_id = self.store.create_entity(namespace, normalized, display, np.asarray(vector), at)
+        if candidate is not None:
+            self.store.add_alias_candidate(namespace, normalized, candidate[0], candidate[1], at)
+        self.invalidate(namespace)
+        return EntityResolution(name, normalized, entity_id, "new", 1.0, candidate)

@@ -1,0 +1,49 @@
+"""What goes into the vector index for a memory: its chunks, point ids and payload.
+
+The collection schema (field names and payload indexes) is defined here once and used by every
+VectorIndex adapter, so the embedded engine and a Qdrant server hold identical data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ferrex.core.clock import to_iso
+from ferrex.core.memory import Memory, MemoryType
+
+KEYWORD_FIELDS: tuple[str, ...] = ("memory_id", "namespace", "type", "entities", "model")
+DATETIME_FIELDS: tuple[str, ...] = ("time", "t_valid", "t_invalid", "created_at")
+INTEGER_FIELDS: tuple[str, ...] = ("chunk",)
+
+
+def memory_time(memory: Memory) -> Any:
+    """The instant ``time_range`` filters on: event time (episodic), validity start (semantic),
+    creation of the version (procedural)."""
+    if memory.type is MemoryType.SEMANTIC and memory.t_valid is not None:
+        return memory.t_valid
+    return memory.event_time
+
+
+def build_payload(memory: Memory, chunk: int, model_pin: str) -> dict[str, Any]:
+    """Payload of one vector point of ``memory``."""
+    return {
+        "memory_id": memory.id,
+        "namespace": memory.namespace,
+        "type": memory.type.value,
+        "entities": [str(e) for e in memory.entity_ids],
+        "time": to_iso(memory_time(memory)),
+        "created_at": to_iso(memory.created_at),
+        "t_valid": to_iso(memory.t_valid or memory.event_time),
+        "t_invalid": to_iso(memory.t_invalid) if memory.t_invalid else None,
+        "chunk": chunk,
+        "model": model_pin,
+    }
+
+
+def validity_payload(memory: Memory) -> dict[str, Any]:
+    """The payload fields that change when a memory is superseded or restored."""
+    return {
+        "t_valid": to_iso(memory.t_valid or memory.event_time),
+        "t_invalid": to_iso(memory.t_invalid) if memory.t_invalid else None,
+        "entities": [str(e) for e in memory.entity_ids],
+    }

@@ -1,0 +1,113 @@
+"""Memory lifecycle (spec "Memory Lifecycle"): decay and eviction.
+
+Decay — relevance_score in (0, 1]:
+
+    episodic:   2^(-d / H_eff),  d = days since max(event time, last validation),
+                H_eff = H x (1 + 0.5 x ln(1 + access_count))   (H = 30 days by default)
+    semantic:   1.0 (no time-based decay; staleness tracks validation instead)
+    procedural: 1.0 (no decay)
+    pinned:     1.0 (exempt)
+
+Eviction order when the storage budget is exceeded (spec):
+  1. superseded semantic facts past the retention window (evicted even under budget)
+  2. stale episodic memories not cited as a source by any semantic fact
+  3. stale episodic memories that are cited (the fact preserves them)
+  4. aging episodic memories, lowest relevance first
+  never: active semantic facts, procedures, pinned memories.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from ferrex.core.clock import days_between
+from ferrex.core.memory import Memory, MemoryType
+from ferrex.core.staleness import AGING, STALE
+
+ACCESS_SLOWDOWN = 0.5
+
+
+def relevance_score(memory: Memory, now: datetime, episodic_half_life_days: float) -> float:
+    if memory.pinned or memory.type is not MemoryType.EPISODIC:
+        return 1.0
+    reference = memory.event_time
+    if memory.last_validated is not None and memory.last_validated > reference:
+        reference = memory.last_validated
+    days = days_between(reference, now)
+    half_life = episodic_half_life_days * (
+        1.0 + ACCESS_SLOWDOWN * math.log1p(max(0, memory.access_count))
+    )
+    return 2.0 ** (-days / half_life)
+
+
+@dataclass(frozen=True)
+class EvictionCandidate:
+    memory: Memory
+    priority: int  # 1..4, the spec's order
+    reason: str
+    relevance: float
+
+
+def superseded_past_retention(memory: Memory, now: datetime, retention_days: float) -> bool:
+    return (
+        memory.type is MemoryType.SEMANTIC
+        and memory.t_invalid is not None
+        and days_between(memory.t_invalid, now) > retention_days
+        and not memory.pinned
+    )
+
+
+def eviction_candidates(
+    memories: Iterable[tuple[Memory, str]],
+    *,
+    now: datetime,
+    retention_days: float,
+    cited: set[str],
+    episodic_half_life_days: float,
+) -> list[EvictionCandidate]:
+    """Rank evictable memories in the spec's priority order (``memories`` pairs carry levels)."""
+    ranked: list[EvictionCandidate] = []
+    for memory, level in memories:
+        if memory.pinned:
+            continue
+        relevance = relevance_score(memory, now, episodic_half_life_days)
+        if superseded_past_retention(memory, now, retention_days):
+            ranked.append(
+                EvictionCandidate(memory, 1, "superseded past retention window", relevance)
+            )
+        elif memory.type is MemoryType.EPISODIC and level == STALE:
+            if memory.id in cited:
+                ranked.append(
+                    EvictionCandidate(memory, 3, "stale episodic (cited by a fact)", relevance)
+                )
+            else:
+                ranked.append(EvictionCandidate(memory, 2, "stale episodic", relevance))
+        elif memory.type is MemoryType.EPISODIC and level == AGING:
+            ranked.append(EvictionCandidate(memory, 4, "aging episodic, low relevance", relevance))
+    ranked.sort(key=lambda c: (c.priority, c.relevance, c.memory.event_time, c.memory.id))
+    return ranked
+
+
+def choose_evictions(
+    ranked: Sequence[EvictionCandidate],
+    *,
+    excess_memories: int,
+    excess_bytes: float,
+    bytes_per_memory: float,
+) -> list[EvictionCandidate]:
+    """Priority-1 candidates always go; then as many as needed to get back under budget."""
+    chosen = [c for c in ranked if c.priority == 1]
+    need_memories = max(0, excess_memories - len(chosen))
+    need_bytes = max(0.0, excess_bytes - len(chosen) * bytes_per_memory)
+    for candidate in ranked:
+        if candidate.priority == 1:
+            continue
+        if need_memories <= 0 and need_bytes <= 0:
+            break
+        chosen.append(candidate)
+        need_memories -= 1
+        need_bytes -= bytes_per_memory
+    return chosen

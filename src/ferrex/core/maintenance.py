@@ -1,0 +1,427 @@
+"""Operator work: doctor (reconcile SQLite and the index), rebuild, export and import."""
+
+from __future__ import annotations
+
+import base64
+import os
+import stat
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import numpy as np
+import structlog
+
+from ferrex import __version__
+from ferrex.core.clock import from_iso, to_iso
+from ferrex.core.errors import FerrexError
+from ferrex.core.ids import point_id
+from ferrex.core.memory import Memory, MemoryType
+from ferrex.core.service import (
+    PIN_DIMENSION,
+    PIN_NAME,
+    PIN_SOURCE,
+    PIN_VARIANT,
+    REBUILD_PENDING,
+    MemoryService,
+)
+from ferrex.core.sync import PlannedMemory
+
+log = structlog.get_logger("ferrex.maintenance")
+
+ProgressFn = Callable[[int, int], None]
+EXPORT_FORMAT = "ferrex-export"
+EXPORT_VERSION = 1
+_SAMPLE = 20
+
+
+# =========================================================================== doctor
+
+
+def doctor(service: MemoryService, *, repair: bool = False) -> dict[str, Any]:
+    """Compare SQLite (truth) with the vector index; with ``repair`` make them agree."""
+    settings = service.settings
+    meta = service.meta
+    report: dict[str, Any] = {"version": __version__, "data_dir": str(settings.data_dir)}
+    mode = stat.S_IMODE(os.stat(settings.data_dir).st_mode)
+    report["permissions"] = {"mode": oct(mode), "ok": not mode & 0o077}
+    report["schema_version"] = meta.schema_version
+    report["mode"] = service.index.mode
+    pinned = meta.get_meta(PIN_NAME)
+    model: dict[str, Any] = {
+        "pinned": pinned,
+        "dimension": int(meta.get_meta(PIN_DIMENSION) or 0) or None,
+        "variant": meta.get_meta(PIN_VARIANT) or None,
+    }
+    try:
+        service.ensure_ready()
+        info = service.embedder.info
+        model.update(available=True, loaded=info.name, source=info.source)
+    except FerrexError as exc:
+        model.update(available=False, error=exc.message)
+    report["model"] = model
+    report["reranker"] = {
+        "enabled": settings.rerank,
+        "available": service.reranker.available,
+        "reason": service.reranker.unavailable_reason,
+    }
+    report["journal_backlog"] = meta.journal_backlog()
+    if repair and model.get("available"):
+        with service._write:
+            replayed = service.sync.recover()
+        report["replayed"] = replayed
+    expected = meta.all_memory_ids()
+    actual = service.index.points_by_memory() if model.get("available") else {}
+    missing = sorted(mid for mid in expected if mid not in actual)
+    orphans = sorted(mid for mid in actual if mid not in expected)
+    mismatched = sorted(
+        mid
+        for mid, count in expected.items()
+        if mid in actual and set(actual[mid]) != {point_id(mid, i) for i in range(count)}
+    )
+    report["sqlite"] = {"memories": len(expected), "expected_points": sum(expected.values())}
+    report["index"] = {"points": sum(len(v) for v in actual.values()), "memories": len(actual)}
+    report["missing_in_index"] = {"count": len(missing), "sample": missing[:_SAMPLE]}
+    report["orphans_in_index"] = {"count": len(orphans), "sample": orphans[:_SAMPLE]}
+    report["chunk_mismatch"] = {"count": len(mismatched), "sample": mismatched[:_SAMPLE]}
+    report["in_agreement"] = (
+        not missing and not orphans and not mismatched and report["journal_backlog"] == 0
+    )
+    if repair and model.get("available") and not report["in_agreement"]:
+        with service._write:
+            rows = meta.get_memories(missing + mismatched)
+            todo = list(rows.values())
+            for start in range(0, len(todo), 128):
+                service.sync.write_points(
+                    service.sync.plan(todo[start : start + 128]), replace=True
+                )
+            orphan_points = [p for mid in orphans for p in actual[mid]]
+            service.index.delete_points(orphan_points)
+            service.cache.invalidate()
+        report["repaired"] = {
+            "reindexed": len(todo),
+            "orphan_points_removed": len(orphan_points),
+        }
+        after = doctor(service, repair=False)
+        report["in_agreement"] = after["in_agreement"]
+        report["after_repair"] = {
+            key: after[key]
+            for key in ("missing_in_index", "orphans_in_index", "chunk_mismatch", "journal_backlog")
+        }
+    report["ok"] = bool(
+        report["in_agreement"] and model.get("available") and report["permissions"]["ok"]
+    )
+    return report
+
+
+# =========================================================================== rebuild
+
+
+def rebuild(
+    service: MemoryService, progress: ProgressFn | None = None, *, repin: bool = False
+) -> dict[str, Any]:
+    """Recreate the vector index from SQLite (and re-embed entity names)."""
+    meta = service.meta
+    with service._write:
+        meta.set_meta(REBUILD_PENDING, "1")
+        info = service.embedder.info
+        if repin:
+            with meta.transaction():
+                meta.set_meta(PIN_NAME, info.name)
+                meta.set_meta(PIN_DIMENSION, str(info.dimension))
+                meta.set_meta(PIN_VARIANT, info.variant)
+                meta.set_meta(PIN_SOURCE, info.source)
+        reembed_entities(service)
+        count = service.sync.rebuild(progress)
+        meta.set_meta(REBUILD_PENDING, "")
+        service.cache.invalidate()
+        service.entities.invalidate()
+    optimized = service.index.optimize()
+    return {
+        "memories": count,
+        "model": info.pin,
+        "dimension": info.dimension,
+        "optimized": optimized,
+    }
+
+
+def reembed_entities(service: MemoryService) -> int:
+    rows = service.meta.entities_of_namespace(None)
+    for start in range(0, len(rows), 256):
+        batch = rows[start : start + 256]
+        vectors = service.embedder.embed_documents([r["display_name"] for r in batch])
+        with service.meta.transaction():
+            for row, vector in zip(batch, vectors, strict=True):
+                service.meta._x(
+                    "UPDATE entities SET embedding = ? WHERE id = ?",
+                    (np.asarray(vector, dtype=np.float32).tobytes(), row["id"]),
+                )
+    return len(rows)
+
+
+# =========================================================================== export
+
+
+def export_lines(service: MemoryService, namespace: str | None = None) -> Iterator[dict[str, Any]]:
+    """Every memory with all metadata, its entities (with aliases) and the audit log."""
+    service.access.flush()
+    meta = service.meta
+    yield {
+        "kind": "header",
+        "format": EXPORT_FORMAT,
+        "version": EXPORT_VERSION,
+        "ferrex": __version__,
+        "exported_at": to_iso(service.now()),
+        "namespace": namespace,
+        "model": {
+            "name": meta.get_meta(PIN_NAME),
+            "dimension": meta.get_meta(PIN_DIMENSION),
+            "variant": meta.get_meta(PIN_VARIANT),
+        },
+    }
+    entities = meta.entities_of_namespace(namespace)
+    aliases = meta.aliases_of([e["id"] for e in entities])
+    candidates: dict[int, list[dict[str, Any]]] = {}
+    for row in meta.candidates_of_namespace(namespace):
+        candidates.setdefault(int(row["entity_id"]), []).append(
+            {"name": row["name"], "score": row["score"], "created_at": row["created_at"]}
+        )
+    for entity in entities:
+        yield {
+            "kind": "entity",
+            "id": entity["id"],
+            "namespace": entity["namespace"],
+            "name": entity["name"],
+            "display_name": entity["display_name"],
+            "entity_type": entity["entity_type"],
+            "created_at": entity["created_at"],
+            "updated_at": entity["updated_at"],
+            "aliases": aliases.get(entity["id"], []),
+            "alias_candidates": candidates.get(entity["id"], []),
+        }
+    for memory in meta.iter_memories(namespace):
+        yield memory_to_record(memory)
+    for entry in reversed(meta.audit_entries(namespace, limit=10_000_000)):
+        yield {"kind": "audit", **{k: v for k, v in entry.items() if k != "seq"}}
+
+
+def memory_to_record(memory: Memory) -> dict[str, Any]:
+    def ts(value: Any) -> str | None:
+        return None if value is None else to_iso(value)
+
+    return {
+        "kind": "memory",
+        "id": memory.id,
+        "namespace": memory.namespace,
+        "type": memory.type.value,
+        "content": memory.content,
+        "subject": memory.subject,
+        "predicate": memory.predicate,
+        "predicate_canonical": memory.predicate_canonical,
+        "object": memory.object,
+        "subject_entity_id": memory.subject_entity_id,
+        "name": memory.name,
+        "conditions": memory.conditions,
+        "steps": memory.steps,
+        "version": memory.version,
+        "confidence": memory.confidence,
+        "source": memory.source,
+        "context": memory.context,
+        "entity_ids": memory.entity_ids,
+        "entities": memory.entities,
+        "created_at": ts(memory.created_at),
+        "updated_at": ts(memory.updated_at),
+        "event_time": ts(memory.event_time),
+        "t_valid": ts(memory.t_valid),
+        "t_invalid": ts(memory.t_invalid),
+        "superseded_by": memory.superseded_by,
+        "last_accessed": ts(memory.last_accessed),
+        "last_validated": ts(memory.last_validated),
+        "access_count": memory.access_count,
+        "pinned": memory.pinned,
+        "multi_valued": memory.multi_valued,
+        "chunk_count": memory.chunk_count,
+        "embed_model": memory.embed_model,
+    }
+
+
+def record_to_memory(record: dict[str, Any], entity_map: dict[int, int]) -> Memory:
+    def dt(value: Any) -> Any:
+        return None if value is None else from_iso(value)
+
+    subject = record.get("subject_entity_id")
+    return Memory(
+        id=record["id"],
+        namespace=record["namespace"],
+        type=MemoryType(record["type"]),
+        content=record.get("content"),
+        subject=record.get("subject"),
+        predicate=record.get("predicate"),
+        predicate_canonical=record.get("predicate_canonical"),
+        object=record.get("object"),
+        subject_entity_id=entity_map.get(subject, subject) if subject is not None else None,
+        name=record.get("name"),
+        conditions=list(record.get("conditions") or []),
+        steps=list(record.get("steps") or []),
+        version=record.get("version"),
+        confidence=float(record.get("confidence", 1.0)),
+        source=record.get("source"),
+        context=record.get("context"),
+        entity_ids=[entity_map.get(e, e) for e in record.get("entity_ids") or []],
+        created_at=from_iso(record["created_at"]),
+        updated_at=from_iso(record["updated_at"]),
+        event_time=from_iso(record["event_time"]),
+        t_valid=dt(record.get("t_valid")),
+        t_invalid=dt(record.get("t_invalid")),
+        superseded_by=record.get("superseded_by"),
+        last_accessed=dt(record.get("last_accessed")),
+        last_validated=dt(record.get("last_validated")),
+        access_count=int(record.get("access_count", 0)),
+        pinned=bool(record.get("pinned", False)),
+        multi_valued=bool(record.get("multi_valued", False)),
+        chunk_count=int(record.get("chunk_count", 1)),
+        embed_model=record.get("embed_model"),
+    )
+
+
+# =========================================================================== import
+
+
+def import_records(
+    service: MemoryService,
+    records: Iterable[dict[str, Any]],
+    progress: ProgressFn | None = None,
+    batch: int = 256,
+) -> dict[str, Any]:
+    """Restore an export into this store (ids kept; existing ids reported as duplicates)."""
+    service.ensure_ready()
+    meta = service.meta
+    now = service.now()
+    entity_map: dict[int, int] = {}
+    imported: list[str] = []
+    duplicates: list[str] = []
+    audit_rows = 0
+    pending: list[Memory] = []
+    seen_header = False
+    total = 0
+
+    def flush() -> None:
+        nonlocal pending
+        if not pending:
+            return
+        with service._write:
+            journal: list[int] = []
+            with meta.transaction():
+                for memory in pending:
+                    meta.insert_memory(memory)
+                    meta.link_entities(memory.id, memory.entity_ids)
+                    journal.append(meta.journal_add("index", memory.id, memory.namespace, now))
+            planned: list[PlannedMemory] = service.sync.plan(pending)
+            service.sync.write_points(planned)
+            meta.journal_done(journal)
+        imported.extend(m.id for m in pending)
+        pending = []
+        if progress:
+            progress(len(imported), total)
+
+    for record in records:
+        kind = record.get("kind")
+        if kind == "header":
+            if (
+                record.get("format") != EXPORT_FORMAT
+                or int(record.get("version", 0)) > EXPORT_VERSION
+            ):
+                raise FerrexError(
+                    "invalid_params", "not a ferrex export file (or from a newer ferrex)"
+                )
+            seen_header = True
+            continue
+        if not seen_header:
+            raise FerrexError(
+                "invalid_params", "not a ferrex export file: the header line is missing"
+            )
+        if kind == "entity":
+            entity_map[int(record["id"])] = _import_entity(service, record, now)
+        elif kind == "memory":
+            total += 1
+            if meta.memory_exists(record["id"]):
+                duplicates.append(record["id"])
+                continue
+            pending.append(record_to_memory(record, entity_map))
+            if len(pending) >= batch:
+                flush()
+        elif kind == "audit":
+            with meta.transaction():
+                meta._x(
+                    "INSERT INTO audit (at, namespace, action, memory_id, other_id, detail) VALUES (?, ?, ?, ?, ?, ?)",
+                    (
+                        record["at"],
+                        record["namespace"],
+                        record["action"],
+                        record.get("memory_id"),
+                        record.get("other_id"),
+                        None if record.get("detail") is None else _json(record["detail"]),
+                    ),
+                )
+            audit_rows += 1
+    flush()
+    service.entities.invalidate()
+    service.cache.invalidate()
+    return {
+        "imported": len(imported),
+        "duplicates": duplicates,
+        "entities": len(entity_map),
+        "audit_rows": audit_rows,
+    }
+
+
+def _json(value: Any) -> str:
+    import json
+
+    return json.dumps(value, sort_keys=True)
+
+
+def _import_entity(service: MemoryService, record: dict[str, Any], now: Any) -> int:
+    meta = service.meta
+    namespace = record["namespace"]
+    existing = meta.entity_by_name(namespace, record["name"])
+    with meta.transaction():
+        if existing is not None:
+            entity_id = existing.id
+        else:
+            vector = service.embedder.embed_documents([record["display_name"]])[0]
+            free = meta.entity(int(record["id"])) is None
+            entity_id = meta.insert_entity_row(
+                {
+                    "id": int(record["id"]) if free else None,
+                    "namespace": namespace,
+                    "name": record["name"],
+                    "display_name": record["display_name"],
+                    "entity_type": record.get("entity_type"),
+                    "embedding": np.asarray(vector, dtype=np.float32).tobytes(),
+                    "created_at": record["created_at"],
+                    "updated_at": record["updated_at"],
+                }
+            )
+        for alias in record.get("aliases") or []:
+            meta.add_alias(
+                namespace,
+                alias["alias"],
+                entity_id,
+                alias["method"],
+                float(alias["score"]),
+                from_iso(alias["created_at"]),
+            )
+        for candidate in record.get("alias_candidates") or []:
+            meta.add_alias_candidate(
+                namespace,
+                candidate["name"],
+                entity_id,
+                float(candidate["score"]),
+                from_iso(candidate["created_at"]),
+            )
+    del now
+    return entity_id
+
+
+def decode_embedding(text: str) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(text), dtype=np.float32)

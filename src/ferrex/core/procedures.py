@@ -1,0 +1,52 @@
+"""Procedural memory (spec "Procedural Memory"): named workflows, versioned, old versions kept.
+
+Storing a procedure whose name exists in the namespace creates version N+1 and closes the
+validity of version N (so recall returns the newest by default and ``include_invalidated`` or
+``version`` reach the old ones). Rolling back to version k stores a new version N+1 with the
+content of version k: history stays linear and nothing is lost.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from ferrex.core.memory import Memory
+
+_NAME_SEPARATORS = re.compile(r"\s+")
+
+
+def normalize_name(name: str) -> str:
+    """Procedure names compare case-insensitively with collapsed whitespace."""
+    return _NAME_SEPARATORS.sub(" ", name.strip().lower())
+
+
+def render_content(name: str | None, conditions: Sequence[str], steps: Sequence[str]) -> str:
+    """Self-contained text of a procedure given as name/conditions/steps."""
+    parts: list[str] = []
+    if name:
+        parts.append(f"Procedure: {name}")
+    if conditions:
+        parts.append("When: " + "; ".join(conditions))
+    if steps:
+        parts.append("Steps:")
+        parts.extend(f"{i}. {step}" for i, step in enumerate(steps, start=1))
+    return "\n".join(parts)
+
+
+def next_version(versions: Sequence[Memory]) -> int:
+    return max((m.version or 0 for m in versions), default=0) + 1
+
+
+def current_version(versions: Sequence[Memory]) -> Memory | None:
+    current = [m for m in versions if m.t_invalid is None]
+    if not current:
+        return None
+    return max(current, key=lambda m: (m.version or 0, m.created_at))
+
+
+def find_version(versions: Sequence[Memory], version: int) -> Memory | None:
+    for memory in versions:
+        if memory.version == version:
+            return memory
+    return None

@@ -1,0 +1,400 @@
+"""Validation of every tool parameter (types, ranges, lengths, enums, timestamps, ids, namespaces).
+
+Validation happens before anything is embedded or written; a rejected call changes nothing.
+Errors name the parameter and say what to send instead.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from datetime import datetime
+from typing import Any, Literal, TypeVar
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from ferrex.config import NAMESPACE_PATTERN, LimitsConfig
+from ferrex.core import errors
+from ferrex.core.clock import parse_timestamp
+from ferrex.core.errors import FerrexError
+from ferrex.core.ids import MEMORY_ID_PATTERN
+from ferrex.core.memory import MEMORY_TYPES
+
+_NAMESPACE = re.compile(NAMESPACE_PATTERN)
+MAX_JSON_DEPTH = 8
+
+TypeName = Literal["episodic", "semantic", "procedural"]
+
+
+def _limits(info: ValidationInfo) -> LimitsConfig:
+    context = info.context or {}
+    limits = context.get("limits")
+    return limits if isinstance(limits, LimitsConfig) else LimitsConfig()
+
+
+def _text(value: Any, what: str, max_chars: int, *, allow_blank: bool = False) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be a string")
+    if "\x00" in value:
+        raise ValueError(f"{what} must not contain NUL characters")
+    if not allow_blank and not value.strip():
+        raise ValueError(f"{what} must not be empty")
+    if len(value) > max_chars:
+        raise ValueError(f"{what} is too long ({len(value)} characters, at most {max_chars})")
+    return value
+
+
+def _string_list(value: Any, what: str, max_items: int, max_chars: int) -> list[str]:
+    if not isinstance(value, list):
+        raise ValueError(f"{what} must be a list of strings")
+    if len(value) > max_items:
+        raise ValueError(f"{what} has {len(value)} items, at most {max_items}")
+    return [_text(item, f"each item of {what}", max_chars) for item in value]
+
+
+def _timestamp(value: Any, what: str) -> datetime:
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be an ISO-8601 string such as 2026-04-03T10:30:00Z")
+    try:
+        return parse_timestamp(value)
+    except ValueError as exc:
+        raise ValueError(f"{what}: {exc}") from exc
+
+
+def _namespace(value: Any) -> str:
+    if not isinstance(value, str) or not _NAMESPACE.match(value):
+        raise ValueError(
+            "namespace must be 1-64 characters: letters, digits, '.', '_' or '-', starting with a "
+            "letter or digit"
+        )
+    return value
+
+
+def _memory_id(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not MEMORY_ID_PATTERN.match(value):
+        raise ValueError(f"{what} must be a memory id as returned by store or recall (e.g. mem_…)")
+    return value
+
+
+def _json_depth(value: Any, depth: int = 0) -> int:
+    if isinstance(value, dict):
+        return max([depth + 1, *(_json_depth(v, depth + 1) for v in value.values())])
+    if isinstance(value, list):
+        return max([depth + 1, *(_json_depth(v, depth + 1) for v in value)])
+    return depth
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class StoreRequest(_Request):
+    type: str | None = None
+    content: str | None = None
+    subject: str | None = None
+    predicate: str | None = None
+    object: str | None = None
+    confidence: float = Field(default=1.0)
+    source: str | None = None
+    entities: list[str] | None = None
+    context: dict[str, Any] | None = None
+    supersedes: str | None = None
+    namespace: str | None = None
+    timestamp: datetime | None = None
+    t_valid: datetime | None = None
+    name: str | None = None
+    conditions: list[str] | None = None
+    steps: list[str] | None = None
+    multi_valued: StrictBool = False
+    pinned: StrictBool = False
+    rollback_to: StrictInt | None = Field(default=None, ge=1)
+
+    @field_validator("type", mode="before")
+    @classmethod
+    def _type(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        if not isinstance(value, str) or value not in MEMORY_TYPES:
+            raise ValueError("unknown memory type; use one of: episodic, semantic, procedural")
+        return value
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _content(cls, value: Any, info: ValidationInfo) -> Any:
+        return None if value is None else _text(value, "content", _limits(info).max_content_chars)
+
+    @field_validator("subject", "predicate", "object", "source", "name", mode="before")
+    @classmethod
+    def _short_text(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None:
+            return None
+        return _text(value, str(info.field_name), _limits(info).max_field_chars).strip()
+
+    @field_validator("confidence", mode="before")
+    @classmethod
+    def _confidence(cls, value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError("confidence must be a number between 0.0 and 1.0")
+        if not math.isfinite(float(value)) or not 0.0 <= float(value) <= 1.0:
+            raise ValueError("confidence must be between 0.0 and 1.0")
+        return float(value)
+
+    @field_validator("entities", mode="before")
+    @classmethod
+    def _entities(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None:
+            return None
+        return _string_list(value, "entities", _limits(info).max_entities, 200)
+
+    @field_validator("conditions", mode="before")
+    @classmethod
+    def _conditions(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None:
+            return None
+        return _string_list(value, "conditions", 50, _limits(info).max_field_chars)
+
+    @field_validator("steps", mode="before")
+    @classmethod
+    def _steps(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None:
+            return None
+        limits = _limits(info)
+        return _string_list(value, "steps", limits.max_steps, limits.max_field_chars)
+
+    @field_validator("context", mode="before")
+    @classmethod
+    def _context(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            raise ValueError('context must be an object, e.g. {"task": "bug-fix"}')
+        try:
+            encoded = json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ValueError("context must contain only JSON values") from exc
+        if len(encoded.encode()) > _limits(info).max_context_bytes:
+            raise ValueError(
+                f"context is too large (at most {_limits(info).max_context_bytes} bytes)"
+            )
+        if _json_depth(value) > MAX_JSON_DEPTH:
+            raise ValueError(f"context is nested too deeply (at most {MAX_JSON_DEPTH} levels)")
+        return value
+
+    @field_validator("supersedes", mode="before")
+    @classmethod
+    def _supersedes(cls, value: Any) -> Any:
+        return None if value is None else _memory_id(value, "supersedes")
+
+    @field_validator("namespace", mode="before")
+    @classmethod
+    def _ns(cls, value: Any) -> Any:
+        return None if value is None else _namespace(value)
+
+    @field_validator("timestamp", "t_valid", mode="before")
+    @classmethod
+    def _when(cls, value: Any, info: ValidationInfo) -> Any:
+        return None if value is None else _timestamp(value, str(info.field_name))
+
+
+class TimeRange(_Request):
+    after: datetime | None = None
+    before: datetime | None = None
+
+    @field_validator("after", "before", mode="before")
+    @classmethod
+    def _when(cls, value: Any, info: ValidationInfo) -> Any:
+        return None if value is None else _timestamp(value, f"time_range.{info.field_name}")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> TimeRange:
+        if self.after and self.before and self.after > self.before:
+            raise ValueError("time_range.after must not be later than time_range.before")
+        return self
+
+
+class RecallRequest(_Request):
+    query: str
+    types: list[TypeName] | None = None
+    limit: StrictInt | None = Field(default=None, ge=1)
+    time_range: TimeRange | None = None
+    entities: list[str] | None = None
+    include_stale: StrictBool = False
+    include_invalidated: StrictBool = False
+    namespace: str | None = None
+    as_of: datetime | None = None
+    explain: StrictBool = False
+    max_tokens: StrictInt | None = Field(default=None, ge=1, le=1_000_000)
+    version: StrictInt | None = Field(default=None, ge=1)
+
+    @field_validator("query", mode="before")
+    @classmethod
+    def _query(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("query must not be empty: say what to search for")
+        return _text(value, "query", _limits(info).max_query_chars)
+
+    @field_validator("types", mode="before")
+    @classmethod
+    def _types(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        if not isinstance(value, list) or not value:
+            raise ValueError("types must be a non-empty list of: episodic, semantic, procedural")
+        for item in value:
+            if item not in MEMORY_TYPES:
+                raise ValueError(
+                    f"unknown memory type {str(item)[:40]!r}; use episodic, semantic or procedural"
+                )
+        return sorted(set(value))
+
+    @field_validator("entities", mode="before")
+    @classmethod
+    def _entities(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None:
+            return None
+        return _string_list(value, "entities", _limits(info).max_entities, 200)
+
+    @field_validator("namespace", mode="before")
+    @classmethod
+    def _ns(cls, value: Any) -> Any:
+        return None if value is None else _namespace(value)
+
+    @field_validator("as_of", mode="before")
+    @classmethod
+    def _as_of(cls, value: Any) -> Any:
+        return None if value is None else _timestamp(value, "as_of")
+
+    @field_validator("time_range", mode="before")
+    @classmethod
+    def _range(cls, value: Any) -> Any:
+        if value is not None and not isinstance(value, dict):
+            raise ValueError(
+                'time_range must be an object like {"after": "2026-01-01", "before": "2026-02-01"}'
+            )
+        return value
+
+
+class ForgetRequest(_Request):
+    ids: list[str]
+    cascade: StrictBool = False
+    namespace: str | None = None
+
+    @field_validator("ids", mode="before")
+    @classmethod
+    def _ids(cls, value: Any, info: ValidationInfo) -> Any:
+        if not isinstance(value, list) or not value:
+            raise ValueError("ids must be a non-empty list of memory ids (find them with recall)")
+        if len(value) > _limits(info).max_ids:
+            raise ValueError(f"ids has {len(value)} items, at most {_limits(info).max_ids}")
+        return [_memory_id(item, "each id") for item in value]
+
+    @field_validator("namespace", mode="before")
+    @classmethod
+    def _ns(cls, value: Any) -> Any:
+        return None if value is None else _namespace(value)
+
+
+class ReflectRequest(_Request):
+    namespace: str | None = None
+    limit: StrictInt = Field(default=10, ge=1, le=200)
+    include_contradictions: StrictBool = True
+    include_stale: StrictBool = True
+    confirm_ids: list[str] | None = None
+    pin_ids: list[str] | None = None
+    unpin_ids: list[str] | None = None
+
+    @field_validator("namespace", mode="before")
+    @classmethod
+    def _ns(cls, value: Any) -> Any:
+        return None if value is None else _namespace(value)
+
+    @field_validator("confirm_ids", "pin_ids", "unpin_ids", mode="before")
+    @classmethod
+    def _ids(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None:
+            return None
+        if not isinstance(value, list):
+            raise ValueError(f"{info.field_name} must be a list of memory ids")
+        if len(value) > _limits(info).max_ids:
+            raise ValueError(
+                f"{info.field_name} has {len(value)} items, at most {_limits(info).max_ids}"
+            )
+        return [_memory_id(item, f"each id in {info.field_name}") for item in value]
+
+
+class StatsRequest(_Request):
+    namespace: str | None = None
+    detailed: StrictBool = False
+
+    @field_validator("namespace", mode="before")
+    @classmethod
+    def _ns(cls, value: Any) -> Any:
+        return None if value is None else _namespace(value)
+
+
+R = TypeVar("R", bound=_Request)
+
+
+def parse(model: type[R], arguments: Any, limits: LimitsConfig, tool: str) -> R:
+    """Validate tool arguments; raise FerrexError with a stable code and an actionable message."""
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, dict):
+        raise FerrexError(errors.INVALID_PARAMS, f"{tool}: arguments must be a JSON object")
+    try:
+        return model.model_validate(arguments, context={"limits": limits})
+    except ValidationError as exc:
+        raise _to_error(exc, model, tool) from None
+
+
+def _to_error(exc: ValidationError, model: type[_Request], tool: str) -> FerrexError:
+    first = exc.errors(include_url=False)[0]
+    location = ".".join(str(part) for part in first["loc"]) or "arguments"
+    kind = first["type"]
+    message = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
+    if kind == "missing":
+        return FerrexError(
+            errors.MISSING_FIELD, f"{tool}: missing required parameter '{location}'", field=location
+        )
+    if kind == "extra_forbidden":
+        allowed = ", ".join(sorted(model.model_fields))
+        return FerrexError(
+            errors.INVALID_PARAMS,
+            f"{tool}: unknown parameter '{location[:60]}'; valid parameters: {allowed}",
+            field=location[:60],
+        )
+    code = errors.INVALID_PARAMS
+    if "unknown memory type" in message:
+        code = errors.UNKNOWN_TYPE
+    elif "too long" in message or "too large" in message or "at most" in message:
+        code = errors.TOO_LARGE
+    elif location == "query" and "empty" in message:
+        code = errors.EMPTY_QUERY
+    elif location.startswith("namespace"):
+        code = errors.INVALID_NAMESPACE
+    elif kind in {
+        "string_type",
+        "int_type",
+        "bool_type",
+        "float_type",
+        "list_type",
+        "dict_type",
+        "model_type",
+    }:
+        message = f"wrong type ({message.lower()})"
+    elif kind in {"greater_than_equal", "less_than_equal", "greater_than", "less_than"}:
+        message = f"out of range ({message.lower()})"
+    elif kind == "literal_error":
+        code = errors.UNKNOWN_TYPE
+    return FerrexError(code, f"{tool}: invalid '{location}': {message}", field=location)

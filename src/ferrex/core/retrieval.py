@@ -1,0 +1,118 @@
+"""Retrieval scoring (spec "Retrieval Pipeline Detail", step 3): rerank, recency boost, order.
+
+    final_score = base_score x recency_boost            (multiplicative, never additive)
+    recency_boost = 1 + amplitude x 2^(-age_days / half_life_days)
+        episodic   1 + 0.3  x 2^(-age/30)    (1.0 - 1.3)
+        semantic   1 + 0.15 x 2^(-age/180)   (1.0 - 1.15)
+        procedural 1.0
+
+``base_score`` is the cross-encoder's relevance as a probability (sigmoid of its raw logit, so
+the multiplicative boost keeps its meaning for negative logits) when the reranker ran, and
+otherwise the fused RRF score normalised to (0, 1]: rrf / (channels / (k + 1)), where 1.0 means
+"ranked first by every channel". Responses name the basis used (``score_basis``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ferrex.config import RecencyConfig
+from ferrex.core.memory import MemoryType
+
+BASIS_RERANK = "rerank"
+BASIS_FUSED = "fused"
+
+
+def recency_boost(memory_type: MemoryType | str, age_days: float, config: RecencyConfig) -> float:
+    curve = getattr(config, MemoryType(memory_type).value)
+    if curve.amplitude == 0 or curve.half_life_days <= 0:
+        return 1.0
+    return 1.0 + curve.amplitude * 2.0 ** (-max(0.0, age_days) / curve.half_life_days)
+
+
+def rerank_probability(raw_score: float) -> float:
+    """Cross-encoder logit -> (0, 1)."""
+    if raw_score >= 0:
+        return 1.0 / (1.0 + math.exp(-raw_score))
+    exp = math.exp(raw_score)
+    return exp / (1.0 + exp)
+
+
+def normalised_rrf(score: float, rrf_k: int, channels: int = 2) -> float:
+    best = channels / (rrf_k + 1.0)
+    return min(1.0, score / best) if best > 0 else 0.0
+
+
+@dataclass
+class Candidate:
+    """One memory in the recall pipeline, from fusion to final order."""
+
+    memory_id: str
+    fused_score: float
+    fused_rank: int
+    dense_rank: int | None = None
+    bm25_rank: int | None = None
+    rerank_score: float | None = None
+    base_score: float = 0.0
+    boost: float = 1.0
+    final_score: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def explain(self) -> dict[str, Any]:
+        return {
+            "dense_rank": self.dense_rank,
+            "bm25_rank": self.bm25_rank,
+            "fused_rank": self.fused_rank,
+            "fused_score": round(self.fused_score, 6),
+            "rerank_score": None if self.rerank_score is None else round(self.rerank_score, 6),
+            "base_score": round(self.base_score, 6),
+            "recency_boost": round(self.boost, 6),
+            "final_score": round(self.final_score, 6),
+        }
+
+
+def order_candidates(
+    candidates: Sequence[Candidate],
+    *,
+    rerank_top_n: int,
+    rerank: Callable[[Sequence[Candidate]], list[float]] | None,
+    boost_of: Callable[[Candidate], float],
+    rrf_k: int,
+) -> tuple[list[Candidate], str]:
+    """Rerank the top-N fused candidates, apply boosts, keep RRF order for the rest.
+
+    ``candidates`` arrive in fused order. Returns the final order and the score basis.
+    """
+    head = list(candidates[:rerank_top_n]) if rerank is not None else []
+    tail = list(candidates[len(head) :])
+    basis = BASIS_FUSED
+    if head and rerank is not None:
+        raw = rerank(head)
+        for candidate, score in zip(head, raw, strict=True):
+            candidate.rerank_score = float(score)
+            candidate.base_score = rerank_probability(float(score))
+        basis = BASIS_RERANK
+    for candidate in tail if head else candidates:
+        candidate.base_score = normalised_rrf(candidate.fused_score, rrf_k)
+    for candidate in candidates:
+        candidate.boost = boost_of(candidate)
+        candidate.final_score = candidate.base_score * candidate.boost
+    if head:
+        head.sort(key=lambda c: (-c.final_score, c.memory_id))
+        # Items past the rerank window keep their fused order, below the reranked head.
+        return head + tail, basis
+    ordered = sorted(candidates, key=lambda c: (-c.final_score, c.fused_rank, c.memory_id))
+    return ordered, basis
+
+
+def fit_budget(texts: Sequence[str], count_tokens: Callable[[str], int], max_tokens: int) -> int:
+    """How many leading results fit in ``max_tokens`` (results are cut, never split)."""
+    used = 0
+    for index, text in enumerate(texts):
+        used += count_tokens(text)
+        if used > max_tokens:
+            return index
+    return len(texts)

