@@ -51,7 +51,7 @@ def build_service(settings: Settings, options: Options | None = None) -> MemoryS
     offline = settings.offline
     embedder = FastEmbedEmbedder(
         tier,
-        settings.models_dir,
+        settings.model_cache,
         model_path=settings.model_path,
         offline=offline,
         allow_bundled=settings.offline_fallback,
@@ -60,7 +60,7 @@ def build_service(settings: Settings, options: Options | None = None) -> MemoryS
     )
     reranker = FastEmbedReranker(
         settings.reranker_tier,
-        settings.models_dir,
+        settings.model_cache,
         reranker_path=settings.reranker_path,
         enabled=settings.rerank,
         offline=offline,

@@ -108,11 +108,15 @@ class RecencyConfig(_Section):
 
 
 class RetrievalConfig(_Section):
+    # "hybrid" is the product; "dense" and "bm25" run one channel through the same pipeline
+    # (benchmarks compare them side by side).
+    mode: Literal["hybrid", "dense", "bm25"] = "hybrid"
     prefetch_limit: int = Field(default=30, ge=1, le=2000)
     rrf_k: int = Field(default=60, ge=1, le=1000)
     default_limit: int = Field(default=5, ge=1, le=200)
     max_limit: int = Field(default=200, ge=1, le=1000)
     rerank_top_n: int = Field(default=20, ge=0, le=200)
+    fused_base_k: float = Field(default=5.0, gt=0, le=1000)
     hnsw_ef: int = Field(default=128, ge=4, le=4096)
 
 
@@ -211,6 +215,7 @@ class Settings(_Section):
     log_level: LogLevel = "info"
     model_tier: ModelTier = "best"
     model_path: Path | None = None
+    models_dir: Path | None = None
     offline: bool = False
     offline_fallback: bool = True
     rerank: bool = True
@@ -231,7 +236,7 @@ class Settings(_Section):
     cache: CacheConfig = Field(default_factory=CacheConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
 
-    @field_validator("data_dir", "model_path", "reranker_path", mode="before")
+    @field_validator("data_dir", "model_path", "models_dir", "reranker_path", mode="before")
     @classmethod
     def _expand(cls, value: Any) -> Any:
         if isinstance(value, str) and value:
@@ -247,8 +252,9 @@ class Settings(_Section):
         return self.data_dir / "index"
 
     @property
-    def models_dir(self) -> Path:
-        return self.data_dir / "models"
+    def model_cache(self) -> Path:
+        """Where models are downloaded (``models_dir``, default ``<data dir>/models``)."""
+        return self.models_dir or self.data_dir / "models"
 
 
 # --------------------------------------------------------------------------- loading

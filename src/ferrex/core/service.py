@@ -893,7 +893,7 @@ class MemoryService:
             rerank_top_n=cfg.rerank_top_n,
             rerank=rerank if use_rerank else None,
             boost_of=boost,
-            rrf_k=cfg.rrf_k,
+            base_k=cfg.fused_base_k,
         )
         selected = ordered[:limit]
         truncated = 0
@@ -955,9 +955,14 @@ class MemoryService:
     ) -> CachedRecall:
         cfg = self.settings.retrieval
         sparse = self.sparse.encode_query(query)
-        hits = self.index.hybrid(
-            vector, sparse, flt, prefetch, 2 * prefetch, cfg.rrf_k, cfg.hnsw_ef
-        )
+        if cfg.mode == "dense":
+            hits = _as_rrf(self.index.dense_search(vector, flt, prefetch, cfg.hnsw_ef), cfg.rrf_k)
+        elif cfg.mode == "bm25":
+            hits = _as_rrf(self.index.sparse_search(sparse, flt, prefetch), cfg.rrf_k)
+        else:
+            hits = self.index.hybrid(
+                vector, sparse, flt, prefetch, 2 * prefetch, cfg.rrf_k, cfg.hnsw_ef
+            )
         dense_ranks: dict[str, int] = {}
         bm25_ranks: dict[str, int] = {}
         if explain:
@@ -1226,6 +1231,18 @@ class MemoryService:
         ):
             out.append(self.reranker.unavailable_reason)
         return out
+
+
+def _as_rrf(hits: Sequence[IndexHit], rrf_k: int) -> list[IndexHit]:
+    """Single-channel results scored like one RRF channel (1 / (k + rank)), for mode parity."""
+    out: list[IndexHit] = []
+    seen: set[str] = set()
+    for hit in hits:
+        if hit.memory_id in seen:
+            continue
+        seen.add(hit.memory_id)
+        out.append(IndexHit(hit.point_id, hit.memory_id, 1.0 / (rrf_k + len(out) + 1), hit.chunk))
+    return out
 
 
 def _ranks(hits: Sequence[IndexHit]) -> dict[str, int]:

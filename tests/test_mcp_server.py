@@ -1,0 +1,212 @@
+"""The MCP surface through the SDK's real stdio client and a ``ferrex`` subprocess."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from ferrex.server.tools import (
+    FORGET_DESCRIPTION,
+    RECALL_DESCRIPTION,
+    REFLECT_DESCRIPTION,
+    STATS_DESCRIPTION,
+    STORE_DESCRIPTION,
+)
+from tests.conftest import call, ferrex_command, mcp_client, ok
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+EXPECTED_ANNOTATIONS = {
+    "store": (False, False, False),
+    "recall": (True, False, True),
+    "forget": (False, True, True),
+    "reflect": (False, False, True),
+    "stats": (True, False, True),
+}
+
+
+async def test_lists_exactly_five_tools_with_schemas_and_annotations(tmp_path: Path, models_dir: Path) -> None:
+    started = time.monotonic()
+    async with mcp_client(tmp_path / "d", models_dir) as client:
+        listed = await client.list_tools()
+        elapsed = time.monotonic() - started
+        assert client.instructions and "stats" in client.instructions
+    tools = {tool.name: tool for tool in listed.tools}
+    assert sorted(tools) == ["forget", "recall", "reflect", "stats", "store"]
+    descriptions = {
+        "store": STORE_DESCRIPTION,
+        "recall": RECALL_DESCRIPTION,
+        "forget": FORGET_DESCRIPTION,
+        "reflect": REFLECT_DESCRIPTION,
+        "stats": STATS_DESCRIPTION,
+    }
+    for name, tool in tools.items():
+        assert tool.description == descriptions[name]
+        assert tool.input_schema["type"] == "object"
+        assert tool.output_schema is not None and tool.output_schema["type"] == "object"
+        annotations = tool.annotations
+        assert annotations is not None
+        assert (
+            annotations.read_only_hint,
+            annotations.destructive_hint,
+            annotations.idempotent_hint,
+        ) == EXPECTED_ANNOTATIONS[name]
+    store_props = tools["store"].input_schema["properties"]
+    for parameter in (
+        "type", "content", "subject", "predicate", "object", "confidence", "source", "entities",
+        "context", "supersedes",
+    ):
+        assert parameter in store_props
+    recall_props = tools["recall"].input_schema["properties"]
+    for parameter in (
+        "query", "types", "limit", "time_range", "entities", "include_stale", "include_invalidated",
+    ):
+        assert parameter in recall_props
+    assert tools["recall"].input_schema["required"] == ["query"]
+    assert tools["forget"].input_schema["required"] == ["ids"]
+    # initialize + tools/list never wait for the embedding model.
+    assert elapsed < 8.0
+
+
+async def test_round_trip_for_each_memory_type(tmp_path: Path, models_dir: Path) -> None:
+    async with mcp_client(tmp_path / "d", models_dir) as client:
+        episodic = await ok(client, "store", {
+            "content": "user debugged a deadlock in the connection pool by switching to "
+            "tokio::sync::Semaphore | 2026-04-03 | api-server project | outcome: success",
+            "context": {"task": "bug-fix", "project": "api-server", "outcome": "success"},
+            "timestamp": "2026-04-03T10:30:00Z",
+            "entities": ["connection-pool", "tokio::sync::Semaphore", "api-server"],
+        })
+        assert episodic["type"] == "episodic" and episodic["status"] == "stored"
+        semantic = await ok(client, "store", {
+            "subject": "api-server", "predicate": "uses", "object": "tokio 1.38", "confidence": 0.95,
+        })
+        assert semantic["type"] == "semantic"
+        procedural = await ok(client, "store", {
+            "type": "procedural", "name": "deploy-to-staging",
+            "conditions": ["branch is main", "tests pass"],
+            "steps": ["build release", "push to registry", "apply k8s manifest"],
+        })
+        assert procedural["type"] == "procedural" and procedural["version"] == 1
+
+        found = await ok(client, "recall", {"query": "how did we fix the connection pool deadlock?"})
+        assert found["results"][0]["id"] == episodic["id"]
+        first = found["results"][0]
+        assert first["content"].startswith("user debugged a deadlock")
+        assert set(first) >= {"id", "type", "content", "score", "age_days", "entities", "created_at", "freshness"}
+        assert first["entities"] == ["connection-pool", "tokio::sync::Semaphore", "api-server"]
+
+        facts = await ok(client, "recall", {"query": "api-server", "types": ["semantic"]})
+        assert facts["results"][0]["id"] == semantic["id"]
+        assert facts["results"][0]["object"] == "tokio 1.38"
+
+        procedure = await ok(client, "recall", {"query": "the branch is main and the tests pass, how to ship?"})
+        assert procedure["results"][0]["id"] == procedural["id"]
+        assert procedure["results"][0]["steps"] == ["build release", "push to registry", "apply k8s manifest"]
+
+
+INVALID_CALLS = [
+    ("store", {}, "missing_field"),
+    ("store", {"type": "semantic", "subject": "x"}, "missing_field"),
+    ("store", {"type": "memoir", "content": "x"}, "unknown_type"),
+    ("store", {"content": 42}, "invalid_params"),
+    ("store", {"content": "x" * 40_000}, "too_large"),
+    ("store", {"content": "fine", "confidence": 3}, "invalid_params"),
+    ("store", {"content": "fine", "surprise": True}, "invalid_params"),
+    ("store", {"content": "fine", "namespace": "../etc"}, "invalid_namespace"),
+    ("store", {"content": "fine", "timestamp": "yesterday"}, "invalid_params"),
+    ("recall", {}, "missing_field"),
+    ("recall", {"query": "   "}, "empty_query"),
+    ("recall", {"query": "x", "limit": 0}, "invalid_params"),
+    ("recall", {"query": "x", "limit": 201}, "too_large"),
+    ("recall", {"query": "x", "types": ["dream"]}, "unknown_type"),
+    ("forget", {"ids": []}, "invalid_params"),
+    ("forget", {"ids": "mem_1"}, "invalid_params"),
+    ("stats", {"detailed": "yes"}, "invalid_params"),
+    ("reflect", {"limit": -1}, "invalid_params"),
+]
+
+
+async def test_invalid_calls_get_stable_error_codes_and_server_stays_up(tmp_path: Path, models_dir: Path) -> None:
+    async with mcp_client(tmp_path / "d", models_dir) as client:
+        for tool, arguments, code in INVALID_CALLS:
+            payload = await call(client, tool, arguments)
+            assert "error" in payload, (tool, arguments, payload)
+            assert payload["error"]["code"] == code, (tool, arguments, payload)
+            message = payload["error"]["message"]
+            assert "Traceback" not in message and str(tmp_path) not in message and "/site-packages/" not in message
+        unknown = await call(client, "remember", {})
+        assert unknown["error"]["code"] == "unknown_tool"
+        # Nothing was written by any rejected call, and the server still answers.
+        stats = await ok(client, "stats", {"detailed": True})
+        assert stats["total"] == 0
+        stored = await ok(client, "store", {"content": "the server is still up after bad input"})
+        assert stored["status"] == "stored"
+
+
+async def test_restart_persistence(tmp_path: Path, models_dir: Path) -> None:
+    data = tmp_path / "d"
+    async with mcp_client(data, models_dir) as client:
+        ids = []
+        for text in (
+            "the team chose PostgreSQL 16 for the billing-service ledger",
+            "Lena joined the platform team as on-call lead in October",
+            "the dashboard moved its state management from Redux to Zustand",
+        ):
+            ids.append((await ok(client, "store", {"content": text}))["id"])
+        before = await ok(client, "recall", {"query": "which database does billing use", "limit": 3})
+    async with mcp_client(data, models_dir) as client:
+        after = await ok(client, "recall", {"query": "which database does billing use", "limit": 3})
+        stats = await ok(client, "stats", {})
+    assert [r["id"] for r in after["results"]] == [r["id"] for r in before["results"]]
+    assert sorted(r["id"] for r in after["results"]) == sorted(ids)
+    assert stats["total"] == 3
+
+
+async def test_model_pinning_refuses_another_tier(tmp_path: Path, models_dir: Path) -> None:
+    data = tmp_path / "d"
+    async with mcp_client(data, models_dir) as client:
+        await ok(client, "store", {"content": "a memory embedded with all-MiniLM-L6-v2"})
+    process = subprocess.run(
+        [ferrex_command(), "--model-tier", "best", "--data-dir", str(data)],
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "FERREX_MODELS_DIR": str(models_dir), "FERREX_OFFLINE": "1", "HOME": str(tmp_path)},
+    )
+    assert process.returncode != 0
+    assert "sentence-transformers/all-MiniLM-L6-v2" in process.stderr
+    assert "BAAI/bge-base-en-v1.5" in process.stderr
+    assert process.stdout == ""
+
+
+def test_closed_qdrant_port_fails_fast_with_exact_message(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    started = time.monotonic()
+    process = subprocess.run(
+        [ferrex_command(), "--qdrant-url", url, "--data-dir", str(tmp_path / "d")],
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    elapsed = time.monotonic() - started
+    assert process.returncode != 0
+    assert process.stderr.strip().splitlines()[-1] == f"error: cannot connect to Qdrant at {url} — is it running?"
+    assert elapsed < 3.5
+    assert process.stdout == ""
