@@ -45,6 +45,23 @@ def current_version(versions: Sequence[Memory]) -> Memory | None:
     return max(current, key=lambda m: (m.version or 0, m.created_at))
 
 
+def same_name(a: str | None, b: str | None) -> bool:
+    return a is not None and b is not None and normalize_name(a) == normalize_name(b)
+
+
+def same_definition(a: Memory, b: Memory) -> bool:
+    """True when two procedure versions say the same thing (a new version would change nothing)."""
+
+    def words(text: str | None) -> str:
+        return " ".join((text or "").split())
+
+    return (
+        words(a.content) == words(b.content)
+        and [words(s) for s in a.steps] == [words(s) for s in b.steps]
+        and [words(c) for c in a.conditions] == [words(c) for c in b.conditions]
+    )
+
+
 def find_version(versions: Sequence[Memory], version: int) -> Memory | None:
     for memory in versions:
         if memory.version == version:

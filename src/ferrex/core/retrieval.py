@@ -13,7 +13,7 @@ Without a reranker it is a rank score of the fused order, ``(b + 1) / (b + rank)
 0.6 for the fifth. The raw RRF score (k = 60) is far too flat for a multiplicative boost: ranks
 1 and 2 differ by under 2%, so a 15-30% recency boost would override relevance entirely (golden
 set recall@3 fell from 0.875 to 0.719 when we tried it). With ``b`` = 5 a maximal boost lifts a
-memory about two places. Responses name the basis used (``score_basis``).
+memory one or two places. Responses name the basis used (``score_basis``).
 """
 
 from __future__ import annotations

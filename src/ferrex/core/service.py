@@ -41,7 +41,14 @@ from ferrex.core.ports import (
     VectorIndex,
 )
 from ferrex.core.predicates import PredicateNormalizer
-from ferrex.core.procedures import current_version, find_version, next_version, render_content
+from ferrex.core.procedures import (
+    current_version,
+    find_version,
+    next_version,
+    render_content,
+    same_definition,
+    same_name,
+)
 from ferrex.core.requests import (
     ForgetRequest,
     RecallRequest,
@@ -384,8 +391,9 @@ class MemoryService:
         memory.chunk_count = len(chunks)
         memory.embed_model = info.pin
         names = list(dict.fromkeys(n.strip() for n in (request.entities or []) if n.strip()))
-        if subject_name and subject_name.strip() not in names:
-            names.insert(0, subject_name.strip())
+        if subject_name and subject_name.strip():
+            # The subject resolves first: _apply_one takes resolutions[0] as the fact's subject.
+            names = [subject_name.strip(), *(n for n in names if n != subject_name.strip())]
         return _Prepared(request, memory, chunks, [], names, subject_name)
 
     @staticmethod
@@ -541,11 +549,7 @@ class MemoryService:
                     now,
                     memory_id=old.id,
                     other_id=memory.id,
-                    detail={
-                        "reason": "explicit"
-                        if old is superseded_target
-                        else result.get("status", "")
-                    },
+                    detail={"reason": _supersede_reason(old is superseded_target, memory, result)},
                 )
         if superseded_target is not None:
             # Spec Layer 3: an explicit supersede validates the subject area it touches.
@@ -585,13 +589,30 @@ class MemoryService:
     ) -> list[EntityResolution]:
         return [self.entities.resolve(namespace, name, create=True, at=now) for name in names]
 
-    def _dedup(self, item: _Prepared, batch_vectors: Sequence[tuple[_Prepared, Vector]]) -> None:
+    def _dedup(
+        self,
+        item: _Prepared,
+        batch_vectors: Sequence[tuple[_Prepared, Vector]],
+        exclude: frozenset[str] = frozenset(),
+    ) -> None:
+        """Reject a near-duplicate of a same-type memory of the namespace (``exclude``: ids that
+        may legitimately be close, e.g. the earlier versions of the procedure being updated)."""
         memory = item.memory
         vector = item.vectors[0]
         flt = IndexFilter(namespace=memory.namespace, types=(memory.type.value,))
-        hits = list(self.index.dense_search(vector, flt, 3, self.settings.retrieval.hnsw_ef))
+        hits = [
+            hit
+            for hit in self.index.dense_search(
+                vector, flt, 3 + len(exclude), self.settings.retrieval.hnsw_ef
+            )
+            if hit.memory_id not in exclude
+        ]
         for other, other_vector in batch_vectors:
-            if other.memory.namespace == memory.namespace and other.memory.type is memory.type:
+            if (
+                other.memory.namespace == memory.namespace
+                and other.memory.type is memory.type
+                and other.memory.id not in exclude
+            ):
                 score = float(np.dot(vector, other_vector))
                 hits.append(IndexHit(point_id="", memory_id=other.memory.id, score=score))
         duplicate = find_duplicate(hits, self.settings.dedup.threshold)
@@ -651,7 +672,10 @@ class MemoryService:
                 )
                 if f.t_invalid is None
             ]
-        multi = self._multi_valued(namespace, request, resolution.canonical)
+        # A (subject, predicate) already tagged multi-valued keeps collecting values.
+        multi = self._multi_valued(namespace, request, resolution.canonical) or any(
+            f.multi_valued for f in current
+        )
         decision = conflicts.decide(
             incoming_object=memory.object or "",
             incoming_confidence=memory.confidence,
@@ -708,6 +732,13 @@ class MemoryService:
             for fact in current:
                 if not fact.multi_valued:
                     self.meta.update_memory_fields(fact.id, multi_valued=True)
+            self.meta.audit(
+                namespace,
+                "multi_valued",
+                now,
+                memory_id=memory.id,
+                detail={"also_current": out["also_current"], "predicate": resolution.canonical},
+            )
             return out
         if decision.outcome is conflicts.Outcome.HISTORICAL:
             memory.t_invalid = decision.new_t_invalid
@@ -755,7 +786,7 @@ class MemoryService:
             if not explicit_supersede:
                 self._dedup(item, batch_vectors)
             return out
-        versions = self.meta.procedure_versions(memory.namespace, memory.name)
+        versions = self._procedure_versions(memory.namespace, memory.name)
         current = current_version(versions)
         if request.rollback_to is not None:
             target = find_version(versions, request.rollback_to)
@@ -774,7 +805,17 @@ class MemoryService:
             memory.chunk_count = len(item.chunks)
             out["rolled_back_to"] = request.rollback_to
         elif not explicit_supersede:
-            self._dedup(item, batch_vectors)
+            # A changed version of a known procedure is an update, not a near-duplicate of its
+            # own earlier versions; an unchanged one is a duplicate of the current version.
+            if current is not None and same_definition(current, memory):
+                raise FerrexError(
+                    errors.DUPLICATE,
+                    f"similar memory already exists: {current.id} (procedure '{current.name}' "
+                    f"version {current.version} has exactly these steps). Nothing was stored.",
+                    existing_id=current.id,
+                    similarity=1.0,
+                )
+            self._dedup(item, batch_vectors, exclude=frozenset(v.id for v in versions))
         memory.version = next_version(versions)
         out["version"] = memory.version
         if current is not None:
@@ -790,6 +831,13 @@ class MemoryService:
                 detail={"version": memory.version},
             )
         return out
+
+    def _procedure_versions(self, namespace: str, name: str) -> list[Memory]:
+        """Every version of the named procedure (names compare case- and spacing-insensitively)."""
+        rows = self.meta.memories_in_namespace(
+            namespace, where="type = 'procedural' AND name IS NOT NULL", order="version, id"
+        )
+        return [m for m in rows if same_name(m.name, name)]
 
     # ================================================================== recall
 
@@ -1251,6 +1299,15 @@ def _ranks(hits: Sequence[IndexHit]) -> dict[str, int]:
         if hit.memory_id and hit.memory_id not in ranks:
             ranks[hit.memory_id] = len(ranks) + 1
     return ranks
+
+
+def _supersede_reason(explicit: bool, memory: Memory, result: dict[str, Any]) -> str:
+    """Why an old memory was invalidated (audit log)."""
+    if explicit:
+        return "explicit"
+    if memory.type is MemoryType.PROCEDURAL:
+        return f"new version {memory.version}"
+    return str(result.get("status") or "superseded")
 
 
 def _cited_memory(source: str | None) -> str | None:

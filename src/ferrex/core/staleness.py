@@ -72,6 +72,19 @@ def staleness_score(memory: Memory, now: datetime, weights: StalenessWeights) ->
     return base * (1.0 - access_credit(memory, now, weights))
 
 
+def needs_validation(memory: Memory, now: datetime, config: StalenessConfig) -> bool:
+    """A current memory nobody has confirmed within its type's fresh window (Layer 5).
+
+    Never validated counts from the memory's own age (episodic, procedural) or from when it was
+    stored (semantic), so a fresh memory never needs validation yet. Retrieval does not count
+    (Layer 3): a popular memory still needs an explicit confirmation.
+    """
+    if memory.t_invalid is not None:
+        return False
+    thresholds = config.thresholds(memory.namespace, memory.type.value)
+    return days_since_validation(memory, now) >= thresholds.fresh
+
+
 def level_for(score: float, thresholds: Thresholds) -> str:
     if score < thresholds.fresh:
         return FRESH

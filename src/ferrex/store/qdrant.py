@@ -201,9 +201,12 @@ class QdrantIndex:
 
     def _query(self, **kwargs: Any) -> list[models.ScoredPoint]:
         try:
-            result = self.client.query_points(
-                self.collection, with_payload=_RETURNED_FIELDS, **kwargs
-            )
+            with warnings.catch_warnings():
+                # local mode: "exact search, search_params have no effect" is expected
+                warnings.filterwarnings("ignore", message="Local mode performs exact")
+                result = self.client.query_points(
+                    self.collection, with_payload=_RETURNED_FIELDS, **kwargs
+                )
         except Exception:
             if not self._scoped_idf:
                 raise

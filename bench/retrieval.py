@@ -1,0 +1,1235 @@
+"""Retrieval benchmark: LoCoMo (conversational memory) and BEIR-format sets (SciFact) through the
+real MemoryService, in every retrieval mode side by side.
+
+    python bench/retrieval.py locomo [PATH] [--limit-conversations N]
+    python bench/retrieval.py beir [DIR] [--split train]
+    python bench/retrieval.py --locomo [PATH] --beir [DIR]        # both in one invocation
+
+Defaults (relative to the repository root): ``../shared/eval/locomo-dev/locomo-dev.json`` and
+``../shared/eval/scifact-dev/``. Data sets are read in place and never copied into the repo.
+
+Everything is stored through ``MemoryService.store_many`` (the bulk path of the MCP ``store``
+tool: validation, chunking rules, dedup at cosine 0.95, SQLite + journal + Qdrant Edge) on a
+temporary data dir, with the offline bundled all-MiniLM-L6-v2 (model tier ``small``). Each data
+set is stored once and queried in each ``retrieval.mode`` (dense, bm25, hybrid; hybrid +
+rerank when a cross-encoder is available). Results: a table on stdout and a JSON file in
+``bench/results/<dataset>-<timestamp>.json``.
+
+Experiment options (see bench/RESULTS.md) never edit ``src/``: ingestion options (content
+format, captions, BM25 ``avg_len``, speaker entities), settings overrides (``--set``), and
+*variants* that post-process the lists the service returned (client-side weighted RRF over the
+same index, neighbouring turns of a hit, a boost for memories of a speaker the question names).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import math
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_LOCOMO = REPO.parent / "shared" / "eval" / "locomo-dev" / "locomo-dev.json"
+DEFAULT_BEIR = REPO.parent / "shared" / "eval" / "scifact-dev"
+RESULTS_DIR = REPO / "bench" / "results"
+
+# A fixed "now": every LoCoMo memory (2022-2023) is older than the 90-day episodic staleness
+# threshold, so every recall passes include_stale=true. A fixed clock keeps ages reproducible.
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+PRODUCT_MODES = ("dense", "bm25", "hybrid")
+RERANK_MODE = "hybrid+rerank"
+BUDGET_TOKENS = 4000
+BUDGET_LIMIT = 200
+TOP_K = 10
+BEIR_DEPTH = 100
+
+
+# =========================================================================== data
+
+
+@dataclass
+class Turn:
+    dia_id: str
+    speaker: str
+    text: str
+    caption: str | None
+    session: int
+    order: int  # position in the whole conversation
+    date: datetime
+
+
+@dataclass
+class Question:
+    text: str
+    category: int
+    evidence: list[str]
+
+
+@dataclass
+class Conversation:
+    sample_id: str
+    speakers: tuple[str, str]
+    turns: list[Turn]
+    questions: list[Question]
+    dropped_evidence: list[str] = field(default_factory=list)
+
+
+_SESSION = re.compile(r"session_(\d+)")
+_EVIDENCE = re.compile(r"D:?(\d+):0*(\d+)")
+
+
+def parse_session_date(value: str) -> datetime:
+    """LoCoMo session dates look like "1:56 pm on 8 May, 2023" (taken as UTC)."""
+    cleaned = " ".join(value.split())
+    return datetime.strptime(cleaned, "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
+
+
+def normalise_evidence(raw: Iterable[str]) -> list[str]:
+    """"D:11:26" -> D11:26, "D30:05" -> D30:5, "D8:6; D9:17" -> two ids, junk ("D") dropped."""
+    out: list[str] = []
+    for item in raw:
+        for part in re.split(r"[;,\s]+", str(item)):
+            match = _EVIDENCE.fullmatch(part.strip())
+            if match:
+                out.append(f"D{int(match.group(1))}:{int(match.group(2))}")
+    return list(dict.fromkeys(out))
+
+
+def load_locomo(path: Path, limit: int | None) -> list[Conversation]:
+    samples = json.loads(path.read_text(encoding="utf-8"))
+    conversations = []
+    for sample in samples[: limit or None]:
+        conversations.append(_conversation(sample))
+    return conversations
+
+
+def _conversation(sample: dict[str, Any]) -> Conversation:
+    conv = sample["conversation"]
+    sessions = sorted(
+        (int(m.group(1)), key) for key in conv if (m := _SESSION.fullmatch(key))
+    )
+    turns: list[Turn] = []
+    for number, key in sessions:
+        date = parse_session_date(conv[f"{key}_date_time"])
+        for raw in conv[key]:
+            turns.append(
+                Turn(
+                    dia_id=raw["dia_id"],
+                    speaker=raw["speaker"],
+                    text=raw["text"],
+                    caption=raw.get("blip_caption"),
+                    session=number,
+                    order=len(turns),
+                    date=date,
+                )
+            )
+    known = {t.dia_id for t in turns}
+    questions: list[Question] = []
+    dropped: list[str] = []
+    for qa in sample["qa"]:
+        if qa.get("category") not in CATEGORIES:
+            continue
+        evidence = normalise_evidence(qa.get("evidence", []))
+        dropped.extend(e for e in evidence if e not in known)
+        evidence = [e for e in evidence if e in known]
+        if evidence:
+            questions.append(Question(qa["question"], int(qa["category"]), evidence))
+    return Conversation(
+        sample["sample_id"], (conv["speaker_a"], conv["speaker_b"]), turns, questions, dropped
+    )
+
+
+@dataclass
+class BeirSet:
+    corpus: dict[str, str]  # doc id -> "title text"
+    queries: dict[str, str]
+    qrels: dict[str, dict[str, int]]
+
+
+def load_beir(directory: Path, split: str) -> BeirSet:
+    corpus: dict[str, str] = {}
+    with (directory / "corpus.jsonl").open(encoding="utf-8") as handle:
+        for line in handle:
+            doc = json.loads(line)
+            corpus[str(doc["_id"])] = f"{doc.get('title', '')} {doc.get('text', '')}".strip()
+    queries: dict[str, str] = {}
+    with (directory / "queries.jsonl").open(encoding="utf-8") as handle:
+        for line in handle:
+            query = json.loads(line)
+            queries[str(query["_id"])] = query["text"]
+    qrels: dict[str, dict[str, int]] = {}
+    with (directory / "qrels" / f"{split}.tsv").open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle):
+            parts = line.rstrip("\n").split("\t")
+            if number == 0 and not parts[-1].lstrip("-").isdigit():
+                continue  # header
+            qid, did, score = parts[0], parts[1], int(parts[2])
+            if score > 0:
+                qrels.setdefault(qid, {})[did] = score
+    queries = {qid: text for qid, text in queries.items() if qid in qrels}
+    return BeirSet(corpus, queries, qrels)
+
+
+# =========================================================================== service
+
+
+def build(args: argparse.Namespace, data_dir: Path) -> Any:
+    from ferrex.bootstrap import Options, build_service
+    from ferrex.config import load_settings
+
+    cli: dict[str, Any] = {
+        "data_dir": str(data_dir),
+        "model_tier": args.model_tier,
+        "offline": True,
+        "models_dir": str(args.models_dir or data_dir / "models"),
+        "rerank": args.reranker_path is not None or args.try_reranker,
+        "log_level": "error",
+    }
+    if args.reranker_path:
+        cli["reranker_path"] = str(args.reranker_path)
+    for key, value in settings_overrides(args.set):
+        cli[key] = value
+    # environ={} so FERREX_* variables of the shell cannot change a measurement.
+    settings, warnings = load_settings(cli=cli, environ={})
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    service = build_service(settings, Options(explicit_model_tier=True))
+    service.clock = lambda: NOW
+    if args.bm25_avg_len is not None:
+        from ferrex.embed.bm25 import Bm25Encoder
+
+        encoder = Bm25Encoder(avg_len=args.bm25_avg_len)
+        service.sparse = encoder
+        service.sync.sparse = encoder
+    service.ensure_ready()
+    if settings.rerank:
+        service.reranker.load()
+    return service
+
+
+def settings_overrides(pairs: Sequence[str]) -> list[tuple[str, Any]]:
+    out = []
+    for pair in pairs:
+        key, _, raw = pair.partition("=")
+        try:
+            value: Any = json.loads(raw)
+        except ValueError:
+            value = raw
+        out.append((key.strip(), value))
+    return out
+
+
+def set_mode(service: Any, mode: str) -> None:
+    """Switch the pipeline's retrieval mode; drop every cache so no mode sees another's work."""
+    retrieval = service.settings.retrieval
+    if mode == RERANK_MODE:
+        retrieval.mode = "hybrid"
+        retrieval.rerank_top_n = service.bench_rerank_top_n
+    else:
+        retrieval.mode = mode
+        retrieval.rerank_top_n = 0  # the single channels and plain RRF are measured unreranked
+    service.cache.invalidate()
+    service.cache.queries.clear()
+
+
+def modes_to_run(service: Any, requested: Sequence[str]) -> tuple[list[str], str | None]:
+    """Product modes, plus hybrid+rerank when a cross-encoder actually loaded."""
+    service.bench_rerank_top_n = service.settings.retrieval.rerank_top_n or 20
+    modes = [m for m in requested if m in PRODUCT_MODES]
+    if service.reranker.available:
+        return [*modes, RERANK_MODE], None
+    return modes, "n/a: no cross-encoder available"
+
+
+def token_counter(service: Any) -> Callable[[str], int]:
+    """What the service's token budget counts (the embedding tokenizer, no special tokens)."""
+    embedder = service.embedder
+    counter: Callable[[str], int] = getattr(embedder, "count_text_tokens", embedder.count_tokens)
+    return counter
+
+
+def truncate_to_context(service: Any, text: str) -> tuple[str, bool]:
+    """Longest word-boundary prefix that fits the model's context window (special tokens
+    included), found with the model's own tokenizer; (text, was_truncated)."""
+    limit = service.embedder.info.max_tokens
+    count = service.embedder.count_tokens
+    if count(text) <= limit:
+        return text, False
+    words = text.split(" ")
+    low, high = 1, len(words)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if count(" ".join(words[:middle])) <= limit:
+            low = middle
+        else:
+            high = middle - 1
+    return " ".join(words[:low]), True
+
+
+# =========================================================================== timing
+
+
+@dataclass
+class Timings:
+    recall_ms: list[float] = field(default_factory=list)
+    budget_ms: list[float] = field(default_factory=list)
+
+    def summary(self, embed_p50: float, embed_p95: float) -> dict[str, float]:
+        r50, r95 = percentile(self.recall_ms, 50), percentile(self.recall_ms, 95)
+        b50, b95 = percentile(self.budget_ms, 50), percentile(self.budget_ms, 95)
+        return {
+            "recall_p50_ms": r50,
+            "recall_p95_ms": r95,
+            "recall_p50_x_embed": r50 / embed_p50 if embed_p50 else math.nan,
+            "recall_p95_x_embed": r95 / embed_p95 if embed_p95 else math.nan,
+            "budget_recall_p50_ms": b50,
+            "budget_recall_p95_ms": b95,
+        }
+
+
+def percentile(values: Sequence[float], pct: float) -> float:
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * pct / 100
+    low, high = math.floor(rank), math.ceil(rank)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def time_embedding(service: Any, queries: Sequence[str]) -> list[float]:
+    """The embedding model's own time per query (same process, same run)."""
+    service.embedder.embed_query("warm-up")
+    out = []
+    for query in queries:
+        start = time.perf_counter()
+        service.embedder.embed_query(query)
+        out.append((time.perf_counter() - start) * 1000)
+    return out
+
+
+def timed_recall(service: Any, arguments: dict[str, Any]) -> tuple[dict[str, Any], float]:
+    start = time.perf_counter()
+    response = service.recall(arguments)
+    return response, (time.perf_counter() - start) * 1000
+
+
+# =========================================================================== fusion helpers
+
+
+def rrf(
+    channels: Sequence[tuple[Sequence[str], float]], k: int, depth: int, limit: int
+) -> list[str]:
+    """Weighted reciprocal rank fusion of ranked id lists (each cut to ``depth``), ties by id —
+    the product's hybrid query with weights 1:1."""
+    scores: dict[str, float] = {}
+    for ranked, weight in channels:
+        for rank, item in enumerate(ranked[:depth], start=1):
+            scores[item] = scores.get(item, 0.0) + weight / (k + rank)
+    ordered = sorted(scores.items(), key=lambda pair: (-pair[1], pair[0]))
+    return [item for item, _ in ordered[:limit]]
+
+
+def channel_lists(service: Any, query: str, namespace: str, depth: int) -> tuple[list[str], list[str]]:
+    """Dense and BM25 candidate lists (memory ids) straight from the same index."""
+    from ferrex.core.ports import IndexFilter
+
+    cfg = service.settings.retrieval
+    flt = IndexFilter(namespace=namespace)
+    vector = service._query_vector(query)
+    sparse = service.sparse.encode_query(query)
+    dense = unique(h.memory_id for h in service.index.dense_search(vector, flt, depth, cfg.hnsw_ef))
+    bm25 = unique(h.memory_id for h in service.index.sparse_search(sparse, flt, depth))
+    return dense, bm25
+
+
+def unique(items: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(i for i in items if i))
+
+
+def rank_score(rank: int, base_k: float) -> float:
+    return (base_k + 1.0) / (base_k + rank)
+
+
+def expand_neighbours(
+    ranked: Sequence[str],
+    neighbours_of: Callable[[str], Sequence[str]],
+    *,
+    triggers: int,
+    decay: float,
+    k: int = 60,
+) -> list[str]:
+    """Session-context expansion: each of the first ``triggers`` hits lends its neighbouring
+    turns ``decay`` x its score on a 1/(k + rank) scale; merged by score, originals first on ties.
+    """
+    scores: dict[str, tuple[float, int]] = {}
+    for rank, item in enumerate(ranked, start=1):
+        scores[item] = (1.0 / (k + rank), -rank * 2)
+    for rank, item in enumerate(ranked[:triggers], start=1):
+        inherited = decay / (k + rank)
+        for other in neighbours_of(item):
+            if other not in scores or scores[other][0] < inherited:
+                scores[other] = (inherited, -rank * 2 - 1)
+    ordered = sorted(scores.items(), key=lambda pair: (-pair[1][0], -pair[1][1], pair[0]))
+    return [item for item, _ in ordered]
+
+
+def boost_speaker(
+    ranked: Sequence[str], boosted: set[str], factor: float, base_k: float
+) -> list[str]:
+    """Multiplicative boost (like the recency boost) on the fused rank score for memories
+    linked to an entity the question names."""
+    scored = [
+        (rank_score(rank, base_k) * (factor if item in boosted else 1.0), rank, item)
+        for rank, item in enumerate(ranked, start=1)
+    ]
+    scored.sort(key=lambda t: (-t[0], t[1]))
+    return [item for _, _, item in scored]
+
+
+# =========================================================================== LoCoMo
+
+
+def content_of(turn: Turn, fmt: str, captions: bool) -> str:
+    text = turn.text
+    if captions and turn.caption:
+        text = f"{text} [shares a photo of {turn.caption}]"
+    if fmt == "dated":
+        return f"[{turn.date.day} {turn.date:%B %Y}] {turn.speaker}: {text}"
+    return f"{turn.speaker}: {text}"
+
+
+@dataclass
+class Stored:
+    """Where each dialog turn ended up (memory id), per conversation."""
+
+    memory_of: dict[str, str]  # dia_id -> memory id (a rejected duplicate maps to its twin)
+    turn_of: dict[str, Turn]  # memory id -> turn
+    rejected: list[dict[str, Any]]
+
+
+def ingest_locomo(
+    service: Any, conversations: Sequence[Conversation], args: argparse.Namespace
+) -> tuple[dict[str, Stored], dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    owners: list[tuple[Conversation, Turn]] = []
+    for conv in conversations:
+        for turn in conv.turns:
+            item: dict[str, Any] = {
+                "type": "episodic",
+                "content": content_of(turn, args.content_format, args.captions),
+                "timestamp": turn.date.isoformat().replace("+00:00", "Z"),
+                "namespace": conv.sample_id,
+                "source": f"locomo:{conv.sample_id}:{turn.dia_id}",
+            }
+            if args.speaker_entities:
+                item["entities"] = [turn.speaker]
+            items.append(item)
+            owners.append((conv, turn))
+    start = time.perf_counter()
+    results = service.store_many(items, batch=args.batch)
+    elapsed = time.perf_counter() - start
+    stored: dict[str, Stored] = {c.sample_id: Stored({}, {}, []) for c in conversations}
+    for (conv, turn), result in zip(owners, results, strict=True):
+        target = stored[conv.sample_id]
+        if "error" in result:
+            error = result["error"]
+            twin = error.get("existing_id")
+            target.rejected.append(
+                {"dia_id": turn.dia_id, "code": error.get("code"), "duplicate_of": twin,
+                 "similarity": error.get("similarity"), "text": turn.text[:120]}
+            )
+            if twin:
+                target.memory_of[turn.dia_id] = twin
+            continue
+        target.memory_of[turn.dia_id] = result["id"]
+        target.turn_of[result["id"]] = turn
+    rejected = [dict(r, conversation=cid) for cid, s in stored.items() for r in s.rejected]
+    evidence = {(c.sample_id, e) for c in conversations for q in c.questions for e in q.evidence}
+    lost = [r for r in rejected if (r["conversation"], r["dia_id"]) in evidence]
+    codes: dict[str, int] = {}
+    for r in rejected:
+        codes[r["code"]] = codes.get(r["code"], 0) + 1
+    info = {
+        "turns": len(items),
+        "stored": len(items) - len(rejected),
+        "rejected": codes,
+        "rejected_turns": rejected,
+        "evidence_turns_rejected": lost,
+        "ingest_seconds": round(elapsed, 2),
+        "turns_per_second": round(len(items) / elapsed, 1) if elapsed else None,
+    }
+    return stored, info
+
+
+def neighbour_map(stored: Stored, window: int) -> dict[str, list[str]]:
+    """Memory id -> memory ids of the turns within ``window`` places in the same session."""
+    by_order = sorted(stored.turn_of.items(), key=lambda pair: pair[1].order)
+    out: dict[str, list[str]] = {}
+    for position, (mid, turn) in enumerate(by_order):
+        near = []
+        for offset in range(1, window + 1):
+            for other_pos in (position - offset, position + offset):
+                if 0 <= other_pos < len(by_order):
+                    other_mid, other = by_order[other_pos]
+                    if other.session == turn.session:
+                        near.append(other_mid)
+        out[mid] = near
+    return out
+
+
+def named_speakers(question: str, speakers: Sequence[str]) -> list[str]:
+    return [
+        s for s in speakers if re.search(rf"\b{re.escape(s.split()[0])}\b", question, re.I)
+    ]
+
+
+@dataclass
+class QueryLists:
+    """What one question got back in one mode: the top-10 list and the 200-long list."""
+
+    top: list[str]
+    budgeted: list[str]
+    long: list[str]
+
+
+def run_locomo(args: argparse.Namespace, path: Path) -> dict[str, Any]:
+    conversations = load_locomo(path, args.limit_conversations)
+    questions = [(c, q) for c in conversations for q in c.questions]
+    print(
+        f"LoCoMo: {len(conversations)} conversations, "
+        f"{sum(len(c.turns) for c in conversations)} turns, {len(questions)} questions "
+        f"(categories 1-4 with evidence) from {path}",
+        file=sys.stderr,
+    )
+    with tempfile.TemporaryDirectory(prefix="ferrex-bench-") as tmp:
+        service = build(args, Path(tmp))
+        try:
+            started = time.perf_counter()
+            stored, ingest = ingest_locomo(service, conversations, args)
+            print(
+                f"  stored {ingest['stored']} of {ingest['turns']} turns in "
+                f"{ingest['ingest_seconds']} s; rejected {ingest['rejected'] or 'none'}",
+                file=sys.stderr,
+            )
+            if args.optimize:
+                service.index.optimize()
+            modes, rerank_note = modes_to_run(service, args.modes)
+            counter = token_counter(service)
+            text_of = {mid: t for s in stored.values() for mid, t in s.turn_of.items()}
+            tokens = {mid: counter(service.meta.get_memory(mid).display_text()) for mid in text_of}
+            embed_ms = time_embedding(service, [q.text for _, q in questions])
+            e50, e95 = percentile(embed_ms, 50), percentile(embed_ms, 95)
+            lists: dict[str, list[QueryLists]] = {}
+            timings: dict[str, Timings] = {}
+            for mode in modes:
+                lists[mode], timings[mode] = locomo_mode(service, mode, questions, stored, args)
+                print(f"  mode {mode}: done", file=sys.stderr)
+            channels = None
+            if args.variants:
+                set_mode(service, "hybrid")
+                channels = [
+                    channel_lists(service, q.text, c.sample_id, args.channel_depth)
+                    for c, q in questions
+                ]
+            evaluation = evaluate_locomo(
+                questions, stored, lists, channels, tokens, args, service
+            )
+            latency = {m: timings[m].summary(e50, e95) for m in modes}
+            result = {
+                "dataset": "locomo",
+                "path": str(path),
+                "conversations": [c.sample_id for c in conversations],
+                "questions": len(questions),
+                "questions_per_category": {
+                    CATEGORIES[k]: sum(1 for _, q in questions if q.category == k)
+                    for k in CATEGORIES
+                },
+                "evidence_ids_dropped": {
+                    c.sample_id: c.dropped_evidence for c in conversations if c.dropped_evidence
+                },
+                "ingest": ingest,
+                "modes": evaluation["modes"],
+                "variants": evaluation["variants"],
+                "per_question": evaluation["per_question"],
+                "latency": latency,
+                "embed_query_ms": {"p50": e50, "p95": e95},
+                "rerank": rerank_note or f"reranked with {service.reranker.name}",
+                "seconds": round(time.perf_counter() - started, 1),
+            }
+            result.update(run_context(service, args))
+            return result
+        finally:
+            service.close()
+
+
+def locomo_mode(
+    service: Any,
+    mode: str,
+    questions: Sequence[tuple[Conversation, Question]],
+    stored: dict[str, Stored],
+    args: argparse.Namespace,
+) -> tuple[list[QueryLists], Timings]:
+    set_mode(service, mode)
+    timings = Timings()
+    out: list[QueryLists] = []
+    for conv, question in questions:
+        base: dict[str, Any] = {
+            "query": question.text,
+            "namespace": conv.sample_id,
+            "include_stale": True,
+        }
+        if args.entity_filter:
+            names = named_speakers(question.text, conv.speakers)
+            if len(names) == 1:
+                base["entities"] = names
+        service.cache.queries.clear()  # every timed recall embeds its query, as a new one would
+        top, ms = timed_recall(service, {**base, "limit": TOP_K})
+        timings.recall_ms.append(ms)
+        budget, ms = timed_recall(
+            service, {**base, "limit": BUDGET_LIMIT, "max_tokens": BUDGET_TOKENS}
+        )
+        timings.budget_ms.append(ms)
+        long = service.recall({**base, "limit": BUDGET_LIMIT})  # same candidates, uncut
+        out.append(
+            QueryLists(
+                [r["id"] for r in top["results"]],
+                [r["id"] for r in budget["results"]],
+                [r["id"] for r in long["results"]],
+            )
+        )
+    return out, timings
+
+
+def fit(ranked: Sequence[str], tokens: dict[str, int], budget: int, limit: int) -> list[str]:
+    """The service's budget rule (``core.retrieval.fit_budget``) on a ranked id list."""
+    from ferrex.core.retrieval import fit_budget
+
+    head = list(ranked[:limit])
+    keep = fit_budget(head, lambda mid: tokens[mid], budget)
+    return head[:keep]
+
+
+@dataclass
+class Scores:
+    r5: list[float] = field(default_factory=list)
+    r10: list[float] = field(default_factory=list)
+    all4k: list[float] = field(default_factory=list)
+    cats: list[int] = field(default_factory=list)
+
+    def add(self, category: int, evidence: set[str], top: Sequence[str], budget: set[str]) -> None:
+        self.cats.append(category)
+        self.r5.append(len(evidence & set(top[:5])) / len(evidence))
+        self.r10.append(len(evidence & set(top[:10])) / len(evidence))
+        self.all4k.append(1.0 if evidence <= budget else 0.0)
+
+    def table(self) -> dict[str, dict[str, float]]:
+        out: dict[str, dict[str, float]] = {}
+        for key, name in [*CATEGORIES.items(), (0, "overall")]:
+            idx = [i for i, c in enumerate(self.cats) if key == 0 or c == key]
+            out[name] = {
+                "n": len(idx),
+                "recall@5": mean(self.r5[i] for i in idx),
+                "recall@10": mean(self.r10[i] for i in idx),
+                "all_evidence_4k": mean(self.all4k[i] for i in idx),
+            }
+        return out
+
+
+def mean(values: Iterable[float]) -> float:
+    items = list(values)
+    return sum(items) / len(items) if items else math.nan
+
+
+def evaluate_locomo(
+    questions: Sequence[tuple[Conversation, Question]],
+    stored: dict[str, Stored],
+    lists: dict[str, list[QueryLists]],
+    channels: list[tuple[list[str], list[str]]] | None,
+    tokens: dict[str, int],
+    args: argparse.Namespace,
+    service: Any,
+) -> dict[str, Any]:
+    evidence = [
+        {stored[c.sample_id].memory_of[e] for e in q.evidence if e in stored[c.sample_id].memory_of}
+        for c, q in questions
+    ]
+    modes: dict[str, Any] = {}
+    per_question: list[dict[str, Any]] = []
+    for mode, results in lists.items():
+        scores = Scores()
+        for (conv, question), ev, got in zip(questions, evidence, results, strict=True):
+            scores.add(question.category, ev, got.top, set(got.budgeted))
+            # The service's own budget cut equals the benchmark's re-implementation of it.
+            assert fit(got.long, tokens, BUDGET_TOKENS, BUDGET_LIMIT) == got.budgeted, mode
+        modes[mode] = scores.table()
+    for index, ((conv, question), ev) in enumerate(zip(questions, evidence, strict=True)):
+        entry: dict[str, Any] = {
+            "conversation": conv.sample_id,
+            "question": question.text,
+            "category": question.category,
+            "evidence": question.evidence,
+        }
+        for mode, results in lists.items():
+            ranked = results[index].long
+            entry[f"ranks_{mode}"] = [ranked.index(m) + 1 if m in ranked else None for m in ev]
+        per_question.append(entry)
+    variants = locomo_variants(questions, stored, lists, channels, evidence, tokens, args, service)
+    return {"modes": modes, "variants": variants, "per_question": per_question}
+
+
+def locomo_variants(
+    questions: Sequence[tuple[Conversation, Question]],
+    stored: dict[str, Stored],
+    lists: dict[str, list[QueryLists]],
+    channels: list[tuple[list[str], list[str]]] | None,
+    evidence: list[set[str]],
+    tokens: dict[str, int],
+    args: argparse.Namespace,
+    service: Any,
+) -> dict[str, Any]:
+    """Post-processing experiments on the lists the service returned (nothing re-stored)."""
+    if not args.variants or "hybrid" not in lists:
+        return {}
+    cfg = service.settings.retrieval
+    hybrid = lists["hybrid"]
+    neighbours = {cid: neighbour_map(s, args.neighbour_window) for cid, s in stored.items()}
+    speaker_of = {mid: t.speaker for s in stored.values() for mid, t in s.turn_of.items()}
+    prefetch_top = max(cfg.prefetch_limit, 2 * TOP_K)
+    prefetch_budget = max(cfg.prefetch_limit, 2 * BUDGET_LIMIT)
+
+    def fused(i: int, weights: tuple[float, float], k: int, p_top: int, p_long: int) -> QueryLists:
+        assert channels is not None
+        dense, bm25 = channels[i]
+        top = rrf([(dense, weights[0]), (bm25, weights[1])], k, p_top, 2 * p_top)[:TOP_K]
+        long = rrf([(dense, weights[0]), (bm25, weights[1])], k, p_long, 2 * p_long)
+        return QueryLists(top, [], long[:BUDGET_LIMIT])
+
+    def with_neighbours(ql: QueryLists, conv: Conversation, triggers: int, decay: float) -> QueryLists:
+        near = neighbours[conv.sample_id]
+
+        def expand(ranked: Sequence[str]) -> list[str]:
+            return expand_neighbours(
+                ranked, lambda m: near.get(m, []), triggers=triggers, decay=decay
+            )
+
+        return QueryLists(expand(ql.top)[:TOP_K], [], expand(ql.long)[:BUDGET_LIMIT])
+
+    def with_speaker(ql: QueryLists, conv: Conversation, q: Question, factor: float) -> QueryLists:
+        names = set(named_speakers(q.text, conv.speakers))
+        if len(names) != 1:
+            return ql
+        boosted = {m for m in set(ql.top) | set(ql.long) if speaker_of.get(m) in names}
+        top = boost_speaker(ql.top, boosted, factor, cfg.fused_base_k)
+        long = boost_speaker(ql.long, boosted, factor, cfg.fused_base_k)
+        return QueryLists(top, [], long)
+
+    recipes: dict[str, Callable[[int, Conversation, Question], QueryLists]] = {}
+    if channels is not None:
+        recipes["client RRF 1:1 k60 (= product hybrid)"] = lambda i, c, q: fused(
+            i, (1.0, 1.0), cfg.rrf_k, prefetch_top, prefetch_budget
+        )
+        for wd, wb in args.rrf_weights:
+            recipes[f"RRF weights dense {wd:g} : bm25 {wb:g}"] = (
+                lambda i, c, q, w=(wd, wb): fused(i, w, cfg.rrf_k, prefetch_top, prefetch_budget)
+            )
+        for k in args.rrf_ks:
+            recipes[f"RRF k={k}"] = lambda i, c, q, k=k: fused(
+                i, (1.0, 1.0), k, prefetch_top, prefetch_budget
+            )
+        for p in args.prefetch_sweep:
+            recipes[f"prefetch {p} (top-10 call), budget call unchanged"] = (
+                lambda i, c, q, p=p: fused(i, (1.0, 1.0), cfg.rrf_k, p, prefetch_budget)
+            )
+    for triggers, decay in args.neighbour_settings:
+        recipes[f"neighbours +-{args.neighbour_window} of top {triggers}, decay {decay:g}"] = (
+            lambda i, c, q, t=triggers, d=decay: with_neighbours(hybrid[i], c, t, d)
+        )
+    for factor in args.speaker_boosts:
+        recipes[f"speaker boost x{factor:g}"] = (
+            lambda i, c, q, f=factor: with_speaker(hybrid[i], c, q, f)
+        )
+    for factor in args.speaker_boosts:
+        for triggers, decay in args.neighbour_settings:
+            name = (
+                f"speaker boost x{factor:g} + neighbours +-{args.neighbour_window} of top "
+                f"{triggers}, decay {decay:g}"
+            )
+            recipes[name] = lambda i, c, q, f=factor, t=triggers, d=decay: with_neighbours(
+                with_speaker(hybrid[i], c, q, f), c, t, d
+            )
+    out: dict[str, Any] = {}
+    for name, recipe in recipes.items():
+        scores = Scores()
+        for i, ((conv, question), ev) in enumerate(zip(questions, evidence, strict=True)):
+            ql = recipe(i, conv, question)
+            budget = set(fit(ql.long, tokens, BUDGET_TOKENS, BUDGET_LIMIT))
+            scores.add(question.category, ev, ql.top, budget)
+        out[name] = scores.table()
+    return out
+
+
+# =========================================================================== BEIR
+
+
+def run_beir(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
+    data = load_beir(directory, args.split)
+    print(
+        f"BEIR: {len(data.corpus)} documents, {len(data.queries)} queries with qrels "
+        f"(split {args.split}) from {directory}",
+        file=sys.stderr,
+    )
+    namespace = "beir"
+    with tempfile.TemporaryDirectory(prefix="ferrex-bench-") as tmp:
+        service = build(args, Path(tmp))
+        try:
+            started = time.perf_counter()
+            memory_of, ingest = ingest_beir(service, data, namespace, args)
+            print(
+                f"  stored {ingest['stored']} of {ingest['documents']} documents in "
+                f"{ingest['ingest_seconds']} s; truncated {ingest['truncated']}; "
+                f"rejected {ingest['rejected'] or 'none'}",
+                file=sys.stderr,
+            )
+            if args.optimize:
+                service.index.optimize()
+            doc_of = {mid: did for did, mid in memory_of.items()}
+            modes, rerank_note = modes_to_run(service, args.modes)
+            qids = sorted(data.queries)
+            embed_ms = time_embedding(service, [data.queries[q] for q in qids])
+            e50, e95 = percentile(embed_ms, 50), percentile(embed_ms, 95)
+            table: dict[str, Any] = {}
+            latency: dict[str, Any] = {}
+            lists: dict[str, list[tuple[list[str], list[str]]]] = {}
+            for mode in modes:
+                set_mode(service, mode)
+                timings = Timings()
+                got: list[tuple[list[str], list[str]]] = []
+                for qid in qids:
+                    base = {"query": data.queries[qid], "namespace": namespace,
+                            "include_stale": True}
+                    service.cache.queries.clear()
+                    top, ms = timed_recall(service, {**base, "limit": TOP_K})
+                    timings.recall_ms.append(ms)
+                    deep, ms = timed_recall(service, {**base, "limit": BEIR_DEPTH})
+                    timings.budget_ms.append(ms)
+                    got.append(
+                        ([doc_of[r["id"]] for r in top["results"]],
+                         [doc_of[r["id"]] for r in deep["results"]])
+                    )
+                lists[mode] = got
+                table[mode] = beir_scores(qids, data.qrels, got)
+                latency[mode] = timings.summary(e50, e95)
+                print(f"  mode {mode}: done", file=sys.stderr)
+            variants: dict[str, Any] = {}
+            if args.variants:
+                set_mode(service, "hybrid")
+                variants = beir_variants(service, data, qids, namespace, doc_of, args)
+            result = {
+                "dataset": "beir",
+                "path": str(directory),
+                "split": args.split,
+                "queries": len(qids),
+                "ingest": ingest,
+                "modes": table,
+                "variants": variants,
+                "latency": latency,
+                "embed_query_ms": {"p50": e50, "p95": e95},
+                "rerank": rerank_note or f"reranked with {service.reranker.name}",
+                "seconds": round(time.perf_counter() - started, 1),
+            }
+            result.update(run_context(service, args))
+            return result
+        finally:
+            service.close()
+
+
+def ingest_beir(
+    service: Any, data: BeirSet, namespace: str, args: argparse.Namespace
+) -> tuple[dict[str, str], dict[str, Any]]:
+    start = time.perf_counter()
+    items, ids, truncated = [], [], 0
+    for did, text in data.corpus.items():
+        content, cut = truncate_to_context(service, text)
+        truncated += cut
+        items.append({"type": "episodic", "content": content, "namespace": namespace,
+                      "source": f"beir:{did}"})
+        ids.append(did)
+    prep = time.perf_counter() - start
+    results = service.store_many(items, batch=args.batch)
+    elapsed = time.perf_counter() - start
+    memory_of: dict[str, str] = {}
+    rejected: list[dict[str, Any]] = []
+    for did, result in zip(ids, results, strict=True):
+        if "error" in result:
+            error = result["error"]
+            rejected.append({"doc": did, "code": error.get("code"),
+                             "duplicate_of": error.get("existing_id"),
+                             "similarity": error.get("similarity")})
+            continue
+        memory_of[did] = result["id"]
+    relevant = {d for rel in data.qrels.values() for d in rel}
+    codes: dict[str, int] = {}
+    for r in rejected:
+        codes[r["code"]] = codes.get(r["code"], 0) + 1
+    info = {
+        "documents": len(items),
+        "stored": len(memory_of),
+        "truncated": truncated,
+        "truncation": "title + text cut at a word boundary to the model's context window "
+        "(tokens counted with the model's tokenizer, [CLS]/[SEP] included)",
+        "rejected": codes,
+        "rejected_documents": rejected,
+        "relevant_documents_rejected": [r for r in rejected if r["doc"] in relevant],
+        "truncate_seconds": round(prep, 2),
+        "ingest_seconds": round(elapsed, 2),
+        "docs_per_second": round(len(items) / elapsed, 1) if elapsed else None,
+    }
+    return memory_of, info
+
+
+def ndcg_at(ranked: Sequence[str], relevant: dict[str, int], k: int) -> float:
+    dcg = sum(
+        relevant.get(doc, 0) / math.log2(rank + 1) for rank, doc in enumerate(ranked[:k], start=1)
+    )
+    ideal = sorted(relevant.values(), reverse=True)[:k]
+    idcg = sum(rel / math.log2(rank + 1) for rank, rel in enumerate(ideal, start=1))
+    return dcg / idcg if idcg else 0.0
+
+
+def recall_at(ranked: Sequence[str], relevant: dict[str, int], k: int) -> float:
+    return len(set(ranked[:k]) & set(relevant)) / len(relevant)
+
+
+def beir_scores(
+    qids: Sequence[str], qrels: dict[str, dict[str, int]], got: Sequence[tuple[list[str], list[str]]]
+) -> dict[str, float]:
+    return {
+        "ndcg@10": mean(ndcg_at(top, qrels[q], TOP_K) for q, (top, _) in zip(qids, got, strict=True)),
+        "recall@100": mean(
+            recall_at(deep, qrels[q], BEIR_DEPTH) for q, (_, deep) in zip(qids, got, strict=True)
+        ),
+    }
+
+
+def beir_variants(
+    service: Any,
+    data: BeirSet,
+    qids: Sequence[str],
+    namespace: str,
+    doc_of: dict[str, str],
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    cfg = service.settings.retrieval
+    chans = [channel_lists(service, data.queries[q], namespace, args.channel_depth) for q in qids]
+    p_top = max(cfg.prefetch_limit, 2 * TOP_K)
+    p_deep = max(cfg.prefetch_limit, 2 * BEIR_DEPTH)
+
+    def run(weights: tuple[float, float], k: int, p1: int, p2: int) -> dict[str, float]:
+        got = []
+        for dense, bm25 in chans:
+            pair = [(dense, weights[0]), (bm25, weights[1])]
+            top = rrf(pair, k, p1, 2 * p1)[:TOP_K]
+            deep = rrf(pair, k, p2, 2 * p2)[:BEIR_DEPTH]
+            got.append(([doc_of[m] for m in top], [doc_of[m] for m in deep]))
+        return beir_scores(qids, data.qrels, got)
+
+    out = {"client RRF 1:1 k60 (= product hybrid)": run((1.0, 1.0), cfg.rrf_k, p_top, p_deep)}
+    for wd, wb in args.rrf_weights:
+        out[f"RRF weights dense {wd:g} : bm25 {wb:g}"] = run((wd, wb), cfg.rrf_k, p_top, p_deep)
+    for k in args.rrf_ks:
+        out[f"RRF k={k}"] = run((1.0, 1.0), k, p_top, p_deep)
+    for p in args.prefetch_sweep:
+        out[f"prefetch {p} (top-10 call), budget call unchanged"] = run(
+            (1.0, 1.0), cfg.rrf_k, p, p_deep
+        )
+    return out
+
+
+# =========================================================================== reporting
+
+
+def run_context(service: Any, args: argparse.Namespace) -> dict[str, Any]:
+    info = service.embedder.info
+    settings = service.settings.model_dump(mode="json")
+    for key in ("data_dir", "models_dir", "qdrant_api_key"):
+        settings.pop(key, None)
+    return {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": " ".join(["python", *sys.argv]),
+        "machine": machine_info(),
+        "model": {
+            "name": info.name,
+            "dimension": info.dimension,
+            "max_tokens": info.max_tokens,
+            "source": info.source,
+            "variant": info.variant,
+        },
+        "reranker": service.reranker.name if service.reranker.available else None,
+        "settings": settings,
+        "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "clock": NOW.isoformat(),
+        "recall_arguments": "include_stale=true (LoCoMo sessions are 2022-2023: stale by the "
+        "90-day episodic rule); limit=10 for recall@5/@10 and nDCG@10; limit=200 + "
+        "max_tokens=4000 for the budget metric; limit=100 for BEIR recall@100",
+    }
+
+
+def machine_info() -> dict[str, Any]:
+    versions = {}
+    for package in ("fastembed", "onnxruntime", "qdrant-edge-py", "tokenizers", "numpy"):
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = None
+    return {
+        "cpu_count": os.cpu_count(),
+        "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "processor": cpu_model(),
+        "packages": versions,
+        "ferrex_commit": git_commit(),
+    }
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def git_commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+            capture_output=True, text=True, check=False, timeout=5,
+        )
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def fmt(value: float) -> str:
+    return "  -  " if value is None or (isinstance(value, float) and math.isnan(value)) else (
+        f"{value:.3f}"
+    )
+
+
+def print_locomo(result: dict[str, Any]) -> None:
+    ingest = result["ingest"]
+    print(
+        f"\nLoCoMo ({', '.join(result['conversations'])}): {result['questions']} questions, "
+        f"{ingest['stored']}/{ingest['turns']} turns stored (rejected: {ingest['rejected'] or 0}; "
+        f"evidence turns among them: {len(ingest['evidence_turns_rejected'])}); "
+        f"model {result['model']['name']} ({result['model']['source']})"
+    )
+    names = [*CATEGORIES.values(), "overall"]
+    header = f"{'mode':<16}{'metric':<10}" + "".join(f"{n:>13}" for n in names)
+    print(header)
+    print("-" * len(header))
+    counts = result["modes"][next(iter(result["modes"]))] if result["modes"] else {}
+    print(f"{'(questions)':<26}" + "".join(f"{counts.get(n, {}).get('n', 0):>13}" for n in names))
+    for mode, table in result["modes"].items():
+        for metric, label in (("recall@5", "R@5"), ("recall@10", "R@10"),
+                              ("all_evidence_4k", "all@4k")):
+            first = mode if metric == "recall@5" else ""
+            print(f"{first:<16}{label:<10}" + "".join(f"{fmt(table[n][metric]):>13}" for n in names))
+    if result["rerank"].startswith("n/a"):
+        print(f"{RERANK_MODE:<16}{result['rerank']}")
+    print_latency(result)
+    if result["variants"]:
+        print("\nvariants (post-processing of the same stored data; overall, and R@10 per category)")
+        head = f"{'variant':<72}{'R@5':>7}{'R@10':>7}{'all@4k':>8}" + "".join(
+            f"{n[:9]:>10}" for n in CATEGORIES.values()
+        )
+        print(head)
+        rows = [("product hybrid", result["modes"].get("hybrid"))] + list(result["variants"].items())
+        for name, table in rows:
+            if table is None:
+                continue
+            overall = table["overall"]
+            print(
+                f"{name[:71]:<72}{fmt(overall['recall@5']):>7}{fmt(overall['recall@10']):>7}"
+                f"{fmt(overall['all_evidence_4k']):>8}"
+                + "".join(f"{fmt(table[n]['recall@10']):>10}" for n in CATEGORIES.values())
+            )
+
+
+def print_latency(result: dict[str, Any]) -> None:
+    embed = result["embed_query_ms"]
+    print(
+        f"\nlatency per recall (ms; includes embedding the query). Embedding model alone: "
+        f"p50 {embed['p50']:.1f} ms, p95 {embed['p95']:.1f} ms"
+    )
+    second = "limit 200 + 4k budget" if result["dataset"] == "locomo" else "limit 100"
+    print(f"{'mode':<16}{'p50':>8}{'p95':>8}{'p50/embed':>11}{'p95/embed':>11}   "
+          f"{second} (query embedding cached): p50 / p95")
+    for mode, lat in result["latency"].items():
+        print(
+            f"{mode:<16}{lat['recall_p50_ms']:>8.1f}{lat['recall_p95_ms']:>8.1f}"
+            f"{lat['recall_p50_x_embed']:>10.2f}x{lat['recall_p95_x_embed']:>10.2f}x   "
+            f"{lat['budget_recall_p50_ms']:.1f} / {lat['budget_recall_p95_ms']:.1f}"
+        )
+
+
+def print_beir(result: dict[str, Any]) -> None:
+    ingest = result["ingest"]
+    print(
+        f"\nBEIR {Path(result['path']).name} (split {result['split']}): {result['queries']} "
+        f"queries, {ingest['stored']}/{ingest['documents']} documents stored ({ingest['truncated']} "
+        f"truncated to the context window; rejected: {ingest['rejected'] or 0}, relevant among "
+        f"them: {len(ingest['relevant_documents_rejected'])})"
+    )
+    print(f"{'mode':<16}{'nDCG@10':>9}{'R@100':>9}{'p50 ms':>9}{'p95 ms':>9}{'p50/embed':>11}")
+    for mode, scores in result["modes"].items():
+        lat = result["latency"][mode]
+        print(
+            f"{mode:<16}{scores['ndcg@10']:>9.3f}{scores['recall@100']:>9.3f}"
+            f"{lat['recall_p50_ms']:>9.1f}{lat['recall_p95_ms']:>9.1f}"
+            f"{lat['recall_p50_x_embed']:>10.2f}x"
+        )
+    if result["rerank"].startswith("n/a"):
+        print(f"{RERANK_MODE:<16}{result['rerank']}")
+    print_latency(result)
+    if result["variants"]:
+        print("\nvariants (client-side fusion over the same index)")
+        for name, scores in result["variants"].items():
+            print(f"{name[:60]:<61}{scores['ndcg@10']:>9.3f}{scores['recall@100']:>9.3f}")
+
+
+def write_json(result: dict[str, Any], out_dir: Path, label: str | None) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    name = result["dataset"] if result["dataset"] == "locomo" else Path(result["path"]).name
+    suffix = f"-{re.sub(r'[^A-Za-z0-9_.-]+', '_', label)}" if label else ""
+    path = out_dir / f"{name}-{stamp}{suffix}.json"
+    path.write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")
+    return path
+
+
+# =========================================================================== CLI
+
+
+def pairs(value: str) -> list[tuple[float, float]]:
+    """"1:1,1:2" -> [(1, 1), (1, 2)]."""
+    out = []
+    for item in filter(None, value.split(",")):
+        left, _, right = item.partition(":")
+        out.append((float(left), float(right)))
+    return out
+
+
+def neighbour_settings(value: str) -> list[tuple[int, float]]:
+    """"20:0.6,10:0.9" -> [(20, 0.6), (10, 0.9)] (triggers : decay)."""
+    return [(int(t), d) for t, d in pairs(value)]
+
+
+def numbers(cast: Callable[[str], Any]) -> Callable[[str], list[Any]]:
+    return lambda value: [cast(v) for v in filter(None, value.split(","))]
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("dataset", nargs="?", choices=["locomo", "beir"])
+    parser.add_argument("path", nargs="?", type=Path, help="data file (LoCoMo) or directory (BEIR)")
+    parser.add_argument("--locomo", nargs="?", const=DEFAULT_LOCOMO, type=Path, metavar="PATH")
+    parser.add_argument("--beir", nargs="?", const=DEFAULT_BEIR, type=Path, metavar="DIR")
+    parser.add_argument("--limit-conversations", type=int, default=None)
+    parser.add_argument("--split", default="train", help="BEIR qrels split (default train)")
+    parser.add_argument("--modes", type=lambda v: v.split(","), default=list(PRODUCT_MODES),
+                        help="comma list of dense,bm25,hybrid (default all)")
+    parser.add_argument("--model-tier", default="small")
+    parser.add_argument("--models-dir", type=Path, default=None,
+                        help="model cache to reuse (default: inside the temporary data dir)")
+    parser.add_argument("--reranker-path", type=Path, default=None,
+                        help="local ONNX cross-encoder: adds the hybrid+rerank mode")
+    parser.add_argument("--try-reranker", action="store_true",
+                        help="try the default reranker tier from the model cache")
+    parser.add_argument("--batch", type=int, default=256, help="store_many batch size")
+    parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--label", default=None, help="suffix for the JSON file name")
+    parser.add_argument("--optimize", action="store_true",
+                        help="run the index optimizer after ingestion (as `ferrex rebuild-index`)")
+    exp = parser.add_argument_group("experiments (see bench/RESULTS.md)")
+    exp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="settings override, e.g. retrieval.prefetch_limit=50 (repeatable)")
+    exp.add_argument("--content-format", choices=["plain", "dated"], default="plain",
+                     help='LoCoMo content: "speaker: text" (plain) or "[date] speaker: text"')
+    exp.add_argument("--captions", action="store_true",
+                     help="append the image caption (blip_caption) to turns that share a photo")
+    exp.add_argument("--bm25-avg-len", type=float, default=None,
+                     help="Bm25Encoder(avg_len=...) for documents and queries (default: 256)")
+    exp.add_argument("--speaker-entities", action="store_true",
+                     help="store each LoCoMo turn with entities=[speaker]")
+    exp.add_argument("--entity-filter", action="store_true",
+                     help="recall with entities=[name] when the question names one speaker "
+                     "(needs --speaker-entities)")
+    exp.add_argument("--variants", action="store_true",
+                     help="also score post-processing variants (fusion, neighbours, boosts)")
+    exp.add_argument("--channel-depth", type=int, default=400)
+    exp.add_argument("--rrf-weights", type=pairs, default=pairs("1:1.5,1.5:1,1:2,2:1"))
+    exp.add_argument("--rrf-ks", type=numbers(int), default=[10, 30, 120])
+    exp.add_argument("--prefetch-sweep", type=numbers(int), default=[50, 100, 200])
+    exp.add_argument("--neighbour-window", type=int, default=1)
+    exp.add_argument("--neighbour-settings", type=neighbour_settings,
+                     default=neighbour_settings("20:0.6,20:0.8,10:0.9,50:0.6"))
+    exp.add_argument("--speaker-boosts", type=numbers(float), default=[1.2, 1.5, 2.0])
+    args = parser.parse_args(argv)
+    if args.dataset == "locomo":
+        args.locomo = args.path or DEFAULT_LOCOMO
+    elif args.dataset == "beir":
+        args.beir = args.path or DEFAULT_BEIR
+    elif args.path is not None:
+        parser.error("a path needs a dataset name first (locomo PATH or beir DIR)")
+    if args.locomo is None and args.beir is None:
+        parser.error("say what to run: locomo [PATH], beir [DIR], or --locomo/--beir")
+    if args.entity_filter and not args.speaker_entities:
+        parser.error("--entity-filter needs --speaker-entities")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    sys.path.insert(0, str(REPO / "src"))
+    from ferrex.logs import configure
+
+    configure("error")
+    written = []
+    if args.locomo is not None:
+        result = run_locomo(args, Path(args.locomo).resolve())
+        print_locomo(result)
+        written.append(write_json(result, args.out_dir, args.label))
+        print(f"\nLoCoMo run: {result['seconds']} s")
+    if args.beir is not None:
+        result = run_beir(args, Path(args.beir).resolve())
+        print_beir(result)
+        written.append(write_json(result, args.out_dir, args.label))
+        print(f"\nBEIR run: {result['seconds']} s")
+    for path in written:
+        print(f"results: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

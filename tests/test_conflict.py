@@ -1,0 +1,547 @@
+"""Conflict detection and temporal validity (spec "Conflict Resolution", Layers 1 and 4).
+
+Proves, on the pure functions, the staged object similarity (exact / number guard / string ratio
+>= 0.95 duplicate, < 0.5 different, in between decided by the real MiniLM cosine) and every outcome
+of ``decide``; and on a real MemoryService: (subject, predicate) matches invalidate the old fact
+with t_invalid = the incoming t_valid, historical and as_of queries, supersedes bypassing the
+check (unknown id -> clear error, nothing written), multi-valued predicates (configured list and
+explicit flag), "same confidence, different dates: the more recent wins", duplicates keeping the
+higher confidence and bumping last_validated, lower-confidence contradictions flagged at query
+time and in reflect, namespaces never crossing, and every transition written to the audit log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pytest
+from rapidfuzz import fuzz
+
+from ferrex.core.clock import to_iso
+from ferrex.core.conflict import (
+    Outcome,
+    contradiction_groups,
+    decide,
+    normalize_object,
+    object_similarity,
+)
+from ferrex.core.errors import FerrexError
+from ferrex.core.memory import Memory, MemoryType
+from ferrex.core.service import MemoryService
+from ferrex.embed.embedder import FastEmbedEmbedder
+from tests.conftest import ServiceFactory
+
+T0 = datetime(2026, 4, 10, 12, 0, tzinfo=UTC)
+JAN = datetime(2026, 1, 15, tzinfo=UTC)
+MAR = datetime(2026, 3, 1, tzinfo=UTC)
+APR = datetime(2026, 4, 1, tzinfo=UTC)
+FEB = datetime(2026, 2, 1, tzinfo=UTC)
+# Measured with MiniLM: string ratio in [0.5, 0.95), so the embedding decides.
+MIDDLE_SAME = ("nginx reverse proxy", "reverse proxy nginx")  # cosine ~0.99
+MIDDLE_DIFFERENT = ("the tokio runtime", "tokio runtime library")  # cosine ~0.84
+
+
+class Clock:
+    """A settable clock (the service reads it through ``clock()``)."""
+
+    def __init__(self, start: datetime) -> None:
+        self.now = start
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def fact(subject: str, predicate: str, obj: str, **extra: Any) -> dict[str, Any]:
+    return {"subject": subject, "predicate": predicate, "object": obj, **extra}
+
+
+def iso(moment: datetime) -> str:
+    return to_iso(moment)
+
+
+def make_fact(
+    memory_id: str,
+    obj: str,
+    *,
+    confidence: float = 0.9,
+    t_valid: datetime = JAN,
+    subject_entity_id: int = 1,
+    **extra: Any,
+) -> Memory:
+    return Memory(
+        id=memory_id,
+        namespace="default",
+        type=MemoryType.SEMANTIC,
+        created_at=t_valid,
+        updated_at=t_valid,
+        event_time=t_valid,
+        subject="api-server",
+        predicate="uses",
+        predicate_canonical="depends_on",
+        object=obj,
+        subject_entity_id=subject_entity_id,
+        confidence=confidence,
+        t_valid=t_valid,
+        **extra,
+    )
+
+
+@pytest.fixture
+def cosine(embedder: FastEmbedEmbedder) -> Callable[[str, str], float]:
+    def real_cosine(a: str, b: str) -> float:
+        va, vb = embedder.embed_documents([a, b])
+        return float(np.dot(va, vb))
+
+    return real_cosine
+
+
+@pytest.fixture
+def clocked(make_service: ServiceFactory) -> tuple[MemoryService, Clock]:
+    clock = Clock(T0)
+    return make_service(clock=clock), clock
+
+
+def similarity(
+    a: str, b: str, cosine: Callable[[str, str], float], calls: list[tuple[str, str]] | None = None
+) -> Any:
+    def recording(x: str, y: str) -> float:
+        if calls is not None:
+            calls.append((x, y))
+        return cosine(x, y)
+
+    return object_similarity(
+        a, b, different_below=0.5, duplicate_at=0.95, embedding_cosine=recording
+    )
+
+
+def run_decide(incoming: str, current: list[Memory], cosine: Any, **overrides: Any) -> Any:
+    arguments: dict[str, Any] = {
+        "incoming_object": incoming,
+        "incoming_confidence": 0.9,
+        "incoming_t_valid": APR,
+        "current": current,
+        "multi_valued": False,
+        "duplicate_threshold": 0.95,
+        "different_threshold": 0.5,
+        "embedding_duplicate_threshold": 0.95,
+        "embedding_cosine": cosine,
+    }
+    arguments.update(overrides)
+    return decide(**arguments)
+
+
+def semantic_rows(service: MemoryService, namespace: str = "default") -> dict[str, Memory]:
+    rows = service.meta.memories_in_namespace(namespace, where="type = 'semantic'")
+    return {m.id: m for m in rows}
+
+
+def recall_ids(service: MemoryService, **arguments: Any) -> set[str]:
+    response = service.recall({"limit": 20, **arguments})
+    return {r["id"] for r in response["results"]}
+
+
+def audit(service: MemoryService, action: str, namespace: str = "default") -> list[dict[str, Any]]:
+    return service.meta.audit_entries(namespace, action)
+
+
+# --------------------------------------------------------------------------- object similarity
+
+
+def test_exact_object_after_normalisation_is_a_duplicate(cosine: Any) -> None:
+    calls: list[tuple[str, str]] = []
+    result = similarity(" Tokio  1.38", "tokio 1.38", cosine, calls)
+    assert (result.score, result.method) == (1.0, "exact") and calls == []
+
+
+def test_different_numbers_are_different_values(cosine: Any) -> None:
+    calls: list[tuple[str, str]] = []
+    result = similarity("tokio 1.38", "tokio 1.36", cosine, calls)
+    assert result.score < 0.5 and result.method == "numbers" and calls == []
+
+
+def test_clearly_different_strings_skip_the_embedding(cosine: Any) -> None:
+    calls: list[tuple[str, str]] = []
+    result = similarity("mysql", "postgres", cosine, calls)
+    assert result.method == "string" and result.score < 0.5 and calls == []
+
+
+def test_near_identical_strings_are_duplicates_without_embedding(cosine: Any) -> None:
+    calls: list[tuple[str, str]] = []
+    result = similarity("PostgreSQL databases", "PostgreSQL database", cosine, calls)
+    assert result.method == "string" and result.score >= 0.95 and calls == []
+
+
+@pytest.mark.parametrize("pair", [MIDDLE_SAME, MIDDLE_DIFFERENT])
+def test_middle_ground_falls_back_to_the_embedding(pair: tuple[str, str], cosine: Any) -> None:
+    a, b = pair
+    ratio = fuzz.ratio(normalize_object(a), normalize_object(b)) / 100
+    assert 0.5 <= ratio < 0.95
+    calls: list[tuple[str, str]] = []
+    result = similarity(a, b, cosine, calls)
+    assert result.method == "embedding" and calls == [(a, b)]
+    assert result.score == pytest.approx(cosine(a, b))
+
+
+def test_middle_pairs_land_on_both_sides_of_095(cosine: Any) -> None:
+    assert similarity(*MIDDLE_SAME, cosine).score >= 0.95
+    assert similarity(*MIDDLE_DIFFERENT, cosine).score < 0.95
+
+
+def test_string_stage_boundary_at_different_threshold(cosine: Any) -> None:
+    a, b = MIDDLE_DIFFERENT
+    ratio = fuzz.ratio(normalize_object(a), normalize_object(b)) / 100
+    at = object_similarity(a, b, different_below=ratio, duplicate_at=0.95, embedding_cosine=cosine)
+    above = object_similarity(
+        a, b, different_below=ratio + 0.001, duplicate_at=0.95, embedding_cosine=cosine
+    )
+    assert at.method == "embedding"  # < 0.5 is strict: a ratio equal to it is middle ground
+    assert above.method == "string"
+
+
+# --------------------------------------------------------------------------- decide()
+
+
+def test_no_current_fact_is_new(cosine: Any) -> None:
+    assert run_decide("tokio 1.38", [], cosine).outcome is Outcome.NEW
+
+
+def test_same_value_is_a_duplicate_of_the_closest_fact(cosine: Any) -> None:
+    existing = make_fact("mem_a", "tokio 1.38")
+    decision = run_decide("Tokio 1.38", [existing], cosine)
+    assert decision.outcome is Outcome.DUPLICATE and decision.duplicate_of is existing
+
+
+def test_different_value_invalidates_every_current_fact(cosine: Any) -> None:
+    old = make_fact("mem_a", "tokio 1.36")
+    decision = run_decide("tokio 1.38", [old], cosine)
+    assert decision.outcome is Outcome.SUPERSEDED and decision.invalidate == [old]
+
+
+def test_same_confidence_older_incoming_becomes_history(cosine: Any) -> None:
+    current = make_fact("mem_a", "tokio 1.38", t_valid=MAR)
+    decision = run_decide("tokio 1.36", [current], cosine, incoming_t_valid=FEB)
+    assert decision.outcome is Outcome.HISTORICAL
+    assert decision.new_t_invalid == MAR and decision.superseded_by_existing is current
+
+
+def test_same_confidence_newer_incoming_wins(cosine: Any) -> None:
+    current = make_fact("mem_a", "tokio 1.36", t_valid=MAR)
+    decision = run_decide("tokio 1.38", [current], cosine, incoming_t_valid=APR)
+    assert decision.outcome is Outcome.SUPERSEDED
+
+
+def test_lower_confidence_incoming_is_a_contradiction(cosine: Any) -> None:
+    current = make_fact("mem_a", "tokio 1.36", confidence=0.95)
+    decision = run_decide("tokio 1.38", [current], cosine, incoming_confidence=0.6)
+    assert decision.outcome is Outcome.CONTRADICTION and decision.contradicts == [current]
+
+
+def test_multi_valued_keeps_both(cosine: Any) -> None:
+    current = make_fact("mem_a", "serde")
+    decision = run_decide("tokio", [current], cosine, multi_valued=True)
+    assert decision.outcome is Outcome.MULTI_VALUED and decision.invalidate == []
+    # ...but a repeated value is still a duplicate.
+    again = run_decide("serde", [current], cosine, multi_valued=True)
+    assert again.outcome is Outcome.DUPLICATE
+
+
+def test_contradiction_groups_ignore_invalid_multi_valued_and_equal_objects() -> None:
+    a = make_fact("mem_a", "tokio 1.36")
+    b = make_fact("mem_b", "tokio 1.38")
+    old = make_fact("mem_c", "tokio 1.30", t_invalid=MAR)
+    same = make_fact("mem_d", "serde", subject_entity_id=2)
+    same_again = make_fact("mem_e", " Serde", subject_entity_id=2)
+    multi = make_fact("mem_f", "x", subject_entity_id=3, multi_valued=True)
+    multi_b = make_fact("mem_g", "y", subject_entity_id=3, multi_valued=True)
+    groups = contradiction_groups([a, b, old, same, same_again, multi, multi_b])
+    assert list(groups) == [(1, "depends_on")]
+    assert [m.id for m in groups[(1, "depends_on")]] == ["mem_a", "mem_b"]
+
+
+# --------------------------------------------------------------------------- service: supersede
+
+
+def test_exact_subject_predicate_match_supersedes(clocked: tuple[MemoryService, Clock]) -> None:
+    service, _ = clocked
+    old = service.store(fact("api-server", "uses", "tokio 1.36", t_valid=iso(JAN)))
+    new = service.store(fact("API Server", "uses", "tokio 1.38", t_valid=iso(APR)))
+    assert new["status"] == "superseded" and new["superseded"] == [old["id"]]
+    rows = semantic_rows(service)
+    assert rows[old["id"]].t_invalid == APR  # = the incoming fact's t_valid
+    assert rows[old["id"]].superseded_by == new["id"]
+    assert rows[new["id"]].t_valid == APR and rows[new["id"]].t_invalid is None
+
+
+def test_t_invalid_defaults_to_now_when_no_t_valid_given(
+    clocked: tuple[MemoryService, Clock],
+) -> None:
+    service, clock = clocked
+    old = service.store(fact("api-server", "uses", "tokio 1.36"))
+    clock.now = T0 + timedelta(hours=3)
+    service.store(fact("api-server", "depends-on", "tokio 1.38"))
+    assert semantic_rows(service)[old["id"]].t_invalid == T0 + timedelta(hours=3)
+
+
+def test_superseded_fact_is_history_not_current(clocked: tuple[MemoryService, Clock]) -> None:
+    service, _ = clocked
+    old = service.store(fact("api-server", "uses", "tokio 1.36", t_valid=iso(JAN)))
+    new = service.store(fact("api-server", "depends-on", "tokio 1.38", t_valid=iso(APR)))
+    query = "what does api-server depend on"
+    assert recall_ids(service, query=query) == {new["id"]}
+    history = service.recall({"query": query, "include_invalidated": True})["results"]
+    by_id = {r["id"]: r for r in history}
+    assert set(by_id) == {old["id"], new["id"]}
+    assert by_id[old["id"]]["freshness"]["staleness"] == "superseded"
+    assert by_id[old["id"]]["t_invalid"] == iso(APR)
+    assert by_id[old["id"]]["superseded_by"] == new["id"]
+    assert by_id[new["id"]]["freshness"]["staleness"] == "fresh"
+
+
+def test_as_of_returns_what_was_valid_then(clocked: tuple[MemoryService, Clock]) -> None:
+    service, _ = clocked
+    old = service.store(fact("api-server", "uses", "tokio 1.36", t_valid=iso(JAN)))
+    new = service.store(fact("api-server", "uses", "tokio 1.38", t_valid=iso(APR)))
+    query = "api-server tokio"
+    assert recall_ids(service, query=query, as_of=iso(MAR)) == {old["id"]}
+    assert recall_ids(service, query=query, as_of=iso(APR)) == {new["id"]}
+    assert recall_ids(service, query=query, as_of=iso(APR - timedelta(seconds=1))) == {old["id"]}
+    assert recall_ids(service, query=query, as_of=iso(JAN - timedelta(days=1))) == set()
+
+
+def test_audit_logs_which_fact_replaced_which_and_why(clocked: tuple[MemoryService, Clock]) -> None:
+    service, _ = clocked
+    old = service.store(fact("api-server", "uses", "tokio 1.36", t_valid=iso(JAN)))
+    new = service.store(fact("api-server", "uses", "tokio 1.38", t_valid=iso(APR)))
+    [entry] = audit(service, "supersede")
+    assert (entry["memory_id"], entry["other_id"]) == (old["id"], new["id"])
+    assert entry["detail"] == {"reason": "superseded"} and entry["at"] == iso(T0)
+    assert {e["memory_id"] for e in audit(service, "store")} == {old["id"], new["id"]}
+
+
+# --------------------------------------------------------------------------- service: supersedes=
+
+
+def test_supersedes_bypasses_the_similarity_check(clocked: tuple[MemoryService, Clock]) -> None:
+    service, clock = clocked
+    old = service.store(fact("api-server", "version", "2.1"))
+    clock.now = T0 + timedelta(days=1)
+    # Identical value: without supersedes this is a duplicate; with it, a direct replacement.
+    new = service.store(fact("api-server", "version", "2.1", supersedes=old["id"]))
+    assert new["status"] == "superseded" and new["superseded"] == [old["id"]]
+    rows = semantic_rows(service)
+    assert rows[old["id"]].t_invalid == T0 + timedelta(days=1)
+    assert rows[old["id"]].last_validated == T0 + timedelta(days=1)
+    assert rows[new["id"]].t_invalid is None
+    [entry] = audit(service, "supersede")
+    assert entry["detail"] == {"reason": "explicit"} and entry["other_id"] == new["id"]
+
+
+def test_supersedes_works_across_predicates(clocked: tuple[MemoryService, Clock]) -> None:
+    service, _ = clocked
+    old = service.store(fact("api-server", "license", "MIT"))
+    new = service.store(fact("api-server", "relicensed_as", "Apache-2.0", supersedes=old["id"]))
+    assert semantic_rows(service)[old["id"]].superseded_by == new["id"]
+
+
+@pytest.mark.parametrize("namespace_of_target", ["default", "other"])
+def test_supersedes_unknown_id_is_a_clear_error_and_writes_nothing(
+    clocked: tuple[MemoryService, Clock], namespace_of_target: str
+) -> None:
+    service, _ = clocked
+    target = service.store(fact("api-server", "uses", "tokio", namespace=namespace_of_target))
+    unknown = "mem_000000000000deadbeef" if namespace_of_target == "default" else target["id"]
+    before = (service.meta.count_memories(), len(service.meta.audit_entries(limit=1000)))
+    points = service.index.points_by_memory()
+    with pytest.raises(FerrexError) as error:
+        service.store(fact("api-server", "uses", "axum", supersedes=unknown, entities=["axum"]))
+    assert error.value.code == "not_found" and unknown in error.value.message
+    assert "Nothing was stored" in error.value.message
+    after = (service.meta.count_memories(), len(service.meta.audit_entries(limit=1000)))
+    assert after == before and service.index.points_by_memory() == points
+    assert service.meta.entity_by_name("default", "axum") is None
+    assert service.meta.get_memory(target["id"]).t_invalid is None
+
+
+# --------------------------------------------------------------------------- service: dates
+
+
+def test_same_confidence_more_recent_wins_both_orders(clocked: tuple[MemoryService, Clock]) -> None:
+    service, _ = clocked
+    current = service.store(fact("api-server", "uses", "tokio 1.38", t_valid=iso(MAR)))
+    older = service.store(fact("api-server", "uses", "tokio 1.36", t_valid=iso(FEB)))
+    assert older["status"] == "historical" and older["superseded_by"] == current["id"]
+    rows = semantic_rows(service)
+    assert rows[current["id"]].t_invalid is None
+    assert rows[older["id"]].t_invalid == MAR and rows[older["id"]].t_valid == FEB
+    assert recall_ids(service, query="api-server tokio") == {current["id"]}
+    assert recall_ids(service, query="api-server tokio", as_of=iso(FEB)) == {older["id"]}
+    [entry] = audit(service, "historical")
+    assert (entry["memory_id"], entry["other_id"]) == (older["id"], current["id"])
+    newer = service.store(fact("api-server", "uses", "tokio 1.40", t_valid=iso(APR)))
+    assert newer["status"] == "superseded" and newer["superseded"] == [current["id"]]
+
+
+# --------------------------------------------------------------------------- service: duplicates
+
+
+def test_duplicate_keeps_higher_confidence_and_bumps_last_validated(
+    clocked: tuple[MemoryService, Clock],
+) -> None:
+    service, clock = clocked
+    original = service.store(fact("api-server", "uses", "tokio 1.38", confidence=0.6))
+    count = service.meta.count_memories()
+    clock.now = T0 + timedelta(days=2)
+    higher = service.store(fact("api-server", "depends_on", " Tokio 1.38", confidence=0.9))
+    assert higher["status"] == "duplicate" and higher["duplicate_of"] == original["id"]
+    assert higher["id"] == original["id"] and higher["confidence"] == 0.9
+    clock.now = T0 + timedelta(days=5)
+    lower = service.store(fact("api-server", "uses", "tokio 1.38", confidence=0.3))
+    assert lower["status"] == "duplicate" and lower["confidence"] == 0.9
+    row = service.meta.get_memory(original["id"])
+    assert row.confidence == 0.9 and row.last_validated == T0 + timedelta(days=5)
+    assert service.meta.count_memories() == count
+    assert len(service.index.points_by_memory()) == count
+    assert [e["memory_id"] for e in audit(service, "duplicate")] == [original["id"]] * 2
+
+
+def test_middle_ground_objects_are_decided_by_embedding(
+    clocked: tuple[MemoryService, Clock],
+) -> None:
+    service, _ = clocked
+    proxy = service.store(fact("edge", "runs", MIDDLE_SAME[0]))
+    again = service.store(fact("edge", "runs", MIDDLE_SAME[1]))
+    assert again["status"] == "duplicate" and again["similarity"]["method"] == "embedding"
+    assert again["duplicate_of"] == proxy["id"]
+    runtime = service.store(fact("worker", "runs", MIDDLE_DIFFERENT[0]))
+    other = service.store(fact("worker", "runs", MIDDLE_DIFFERENT[1]))
+    assert other["status"] == "superseded" and other["superseded"] == [runtime["id"]]
+    assert other["similarity"]["method"] == "embedding"
+    assert other["similarity"]["score"] < 0.95
+
+
+# --------------------------------------------------------------------------- service: multi-valued
+
+
+def test_configured_multi_valued_predicate_keeps_every_value(make_service: ServiceFactory) -> None:
+    service = make_service(conflict={"multi_valued_predicates": ["has_contributor"]})
+    alice = service.store(fact("api-server", "has_contributor", "alice"))
+    bob = service.store(fact("api-server", "has-contributor", "bob"))
+    assert bob["status"] == "stored" and bob["multi_valued"] is True
+    assert bob["also_current"] == [alice["id"]]
+    rows = semantic_rows(service)
+    assert all(m.t_invalid is None and m.multi_valued for m in rows.values())
+    results = service.recall({"query": "api-server contributor", "limit": 10})["results"]
+    assert {r["id"] for r in results} == {alice["id"], bob["id"]}
+    assert all(r["multi_valued"] and "contradiction" not in r for r in results)
+    assert service.reflect({})["contradictions"] == []
+    [entry] = audit(service, "multi_valued")
+    assert entry["memory_id"] == bob["id"] and entry["detail"]["also_current"] == [alice["id"]]
+
+
+def test_configured_multi_valued_covers_the_synonym_family(make_service: ServiceFactory) -> None:
+    service = make_service(conflict={"multi_valued_predicates": ["uses"]})
+    service.store(fact("api-server", "uses", "tokio"))
+    serde = service.store(fact("api-server", "requires", "serde"))
+    assert serde["status"] == "stored" and serde["multi_valued"] is True
+    assert audit(service, "supersede") == []
+
+
+def test_explicit_multi_valued_flag(clocked: tuple[MemoryService, Clock]) -> None:
+    service, _ = clocked
+    tokio = service.store(fact("api-server", "uses", "tokio"))
+    serde = service.store(fact("api-server", "uses", "serde", multi_valued=True))
+    assert serde["multi_valued"] is True and serde["also_current"] == [tokio["id"]]
+    # Once tagged, the (subject, predicate) keeps collecting values.
+    axum = service.store(fact("api-server", "uses", "axum"))
+    assert axum["status"] == "stored" and axum["multi_valued"] is True
+    rows = semantic_rows(service)
+    assert {m.object for m in rows.values() if m.t_invalid is None} == {"tokio", "serde", "axum"}
+    assert all(m.multi_valued for m in rows.values())
+
+
+# --------------------------------------------------------------------------- service: contradictions
+
+
+def test_lower_confidence_fact_is_a_flagged_contradiction(
+    clocked: tuple[MemoryService, Clock],
+) -> None:
+    service, _ = clocked
+    strong = service.store(fact("api-server", "uses", "tokio 1.38", confidence=0.95))
+    weak = service.store(fact("api-server", "depends-on", "tokio 1.40", confidence=0.5))
+    assert weak["status"] == "contradiction" and weak["contradicts"] == [strong["id"]]
+    rows = semantic_rows(service)
+    assert rows[strong["id"]].t_invalid is None and rows[weak["id"]].t_invalid is None
+    results = service.recall({"query": "api-server tokio", "limit": 10})["results"]
+    flagged = {r["id"]: r for r in results}
+    assert set(flagged) == {strong["id"], weak["id"]}
+    assert flagged[strong["id"]]["contradiction"] is True
+    assert flagged[strong["id"]]["contradicts"] == [weak["id"]]
+    assert flagged[weak["id"]]["contradicts"] == [strong["id"]]
+    [group] = service.reflect({})["contradictions"]
+    assert {f["id"] for f in group["facts"]} == {strong["id"], weak["id"]}
+    [entry] = audit(service, "contradiction")
+    assert entry["memory_id"] == weak["id"]
+    assert entry["detail"] == {"contradicts": [strong["id"]]}
+
+
+def test_contradiction_flag_names_facts_outside_the_result_page(
+    clocked: tuple[MemoryService, Clock],
+) -> None:
+    service, _ = clocked
+    strong = service.store(fact("api-server", "uses", "tokio 1.38", confidence=0.95))
+    weak = service.store(fact("api-server", "uses", "tokio 1.40", confidence=0.5))
+    service.store({"content": "unrelated note about the office coffee machine"})
+    results = service.recall(
+        {"query": "api-server tokio", "limit": 1, "types": ["semantic"]}
+    )["results"]
+    [only] = results
+    other = weak["id"] if only["id"] == strong["id"] else strong["id"]
+    assert only["contradiction"] is True and only["contradicts"] == [other]
+
+
+def test_resolving_a_contradiction_with_supersedes_clears_the_flag(
+    clocked: tuple[MemoryService, Clock],
+) -> None:
+    service, _ = clocked
+    strong = service.store(fact("api-server", "uses", "tokio 1.38", confidence=0.95))
+    weak = service.store(fact("api-server", "uses", "tokio 1.40", confidence=0.5))
+    fixed = service.store(
+        fact("api-server", "uses", "tokio 1.40", confidence=1.0, supersedes=strong["id"])
+    )
+    assert fixed["superseded"] == [strong["id"]]
+    service.forget({"ids": [weak["id"]]})
+    results = service.recall({"query": "api-server tokio"})["results"]
+    assert [r["id"] for r in results] == [fixed["id"]] and "contradiction" not in results[0]
+
+
+def test_contradictions_never_cross_namespaces(clocked: tuple[MemoryService, Clock]) -> None:
+    service, _ = clocked
+    a = service.store(fact("api-server", "uses", "tokio 1.36", namespace="team-a"))
+    b = service.store(fact("api-server", "uses", "tokio 1.38", namespace="team-b", confidence=0.4))
+    assert b["status"] == "stored"
+    assert service.meta.get_memory(a["id"]).t_invalid is None
+    for namespace, own in (("team-a", a["id"]), ("team-b", b["id"])):
+        results = service.recall({"query": "api-server tokio", "namespace": namespace})["results"]
+        assert [r["id"] for r in results] == [own]
+        assert "contradiction" not in results[0]
+        assert service.reflect({"namespace": namespace})["contradictions"] == []
+    assert audit(service, "supersede", "team-a") == audit(service, "supersede", "team-b") == []
+
+
+# --------------------------------------------------------------------------- service: subject
+
+
+def test_subject_listed_among_entities_is_still_the_subject(
+    clocked: tuple[MemoryService, Clock],
+) -> None:
+    service, _ = clocked
+    old = service.store(
+        fact("api-server", "uses", "tokio 1.36", entities=["tokio", "api-server"])
+    )
+    new = service.store(fact("api-server", "uses", "tokio 1.38", entities=["tokio"]))
+    assert new["status"] == "superseded" and new["superseded"] == [old["id"]]
+    rows = semantic_rows(service)
+    assert rows[old["id"]].subject_entity_id == rows[new["id"]].subject_entity_id

@@ -1,0 +1,276 @@
+"""Entity resolution (spec "Entity Storage" / "Entity Resolution").
+
+Proves the layered pipeline normalise -> exact/alias -> Jaro-Winkler > 0.85 -> name-embedding
+cosine > 0.92 -> new entity, on the resolver over a real SQLite store and the real MiniLM model
+(thresholds strict at their boundaries; 0.80-0.92 recorded as an alias candidate), and through
+MemoryService: fuzzy and embedding merges become aliases, candidates surface in reflect, entity
+rows are per namespace, and recall's ``entities`` filter resolves "Tokio", "tokio" and any alias
+to the same memories.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pytest
+from rapidfuzz.distance import JaroWinkler
+
+from ferrex.core.entities import EntityResolver, normalize_entity, numbers_differ
+from ferrex.core.service import MemoryService
+from ferrex.embed.embedder import FastEmbedEmbedder
+from ferrex.store.sqlite import MetadataStore
+
+NOW = datetime(2026, 4, 1, tzinfo=UTC)
+# Found by exploring MiniLM cosines: lexically far (Jaro-Winkler <= 0.85) but the same thing.
+EMBEDDING_PAIR = ("deployment pipeline", "pipeline for deployment")
+# Related but not the same: cosine in [0.80, 0.92].
+CANDIDATE_PAIR = ("car", "automobile")
+UNRELATED_PAIR = ("mysql", "mariadb")
+
+
+def cosine(embedder: FastEmbedEmbedder, a: str, b: str) -> float:
+    va, vb = embedder.embed_documents([a, b])
+    return float(np.dot(va, vb))
+
+
+@pytest.fixture
+def meta(tmp_path: Path) -> MetadataStore:
+    store = MetadataStore(tmp_path / "entities.db")
+    yield store
+    store.close()
+
+
+def resolver(meta: MetadataStore, embedder: FastEmbedEmbedder, **thresholds: float) -> EntityResolver:
+    return EntityResolver(meta, embedder.embed_documents, **thresholds)
+
+
+def memory_ids(response: dict) -> set[str]:
+    return {r["id"] for r in response["results"]}
+
+
+# --------------------------------------------------------------------------- the pairs used
+
+
+def test_exploration_pairs_sit_where_the_tests_need_them(embedder: FastEmbedEmbedder) -> None:
+    a, b = EMBEDDING_PAIR
+    assert JaroWinkler.similarity(a, b) <= 0.85 < 0.92 < cosine(embedder, a, b)
+    a, b = CANDIDATE_PAIR
+    assert JaroWinkler.similarity(a, b) <= 0.85
+    assert 0.80 <= cosine(embedder, a, b) <= 0.92
+    a, b = UNRELATED_PAIR
+    assert JaroWinkler.similarity(a, b) <= 0.85 and cosine(embedder, a, b) < 0.80
+
+
+# --------------------------------------------------------------------------- pure functions
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("Tokio", "tokio"),
+        (" api server ", "api server"),
+        ("API-Server", "api server"),
+        ("api_server", "api server"),
+        ("  connection   Pool ", "connection pool"),
+    ],
+)
+def test_normalization(raw: str, expected: str) -> None:
+    assert normalize_entity(raw) == expected
+
+
+def test_numbers_distinguish_names() -> None:
+    assert numbers_differ("python2", "python3")
+    assert numbers_differ("tokio 1.36", "tokio 1.38")
+    assert not numbers_differ("postgres", "postgresql")
+
+
+# --------------------------------------------------------------------------- resolver stages
+
+
+def test_exact_after_normalization(meta: MetadataStore, embedder: FastEmbedEmbedder) -> None:
+    entities = resolver(meta, embedder)
+    created = entities.resolve("default", "Tokio", create=True, at=NOW)
+    again = entities.resolve("default", "  tokio ", create=True, at=NOW)
+    assert created.method == "new"
+    assert (again.entity_id, again.method) == (created.entity_id, "exact")
+    assert meta.count_entities("default") == 1
+
+
+def test_fuzzy_postgres_postgresql_merges_as_alias(
+    meta: MetadataStore, embedder: FastEmbedEmbedder
+) -> None:
+    entities = resolver(meta, embedder)
+    postgres = entities.resolve("default", "postgres", create=True, at=NOW)
+    merged = entities.resolve("default", "PostgreSQL", create=True, at=NOW)
+    assert merged.method == "fuzzy" and merged.entity_id == postgres.entity_id
+    assert merged.score == pytest.approx(JaroWinkler.similarity("postgres", "postgresql"))
+    assert merged.score > 0.85
+    aliases = meta.aliases_of([postgres.entity_id])[postgres.entity_id]
+    assert [(a["alias"], a["method"]) for a in aliases] == [("postgresql", "fuzzy")]
+    assert meta.count_entities("default") == 1
+
+
+def test_alias_lookup_returns_the_canonical_entity(
+    meta: MetadataStore, embedder: FastEmbedEmbedder
+) -> None:
+    entities = resolver(meta, embedder)
+    postgres = entities.resolve("default", "postgres", create=True, at=NOW)
+    entities.resolve("default", "postgresql", create=True, at=NOW)
+    lookup = entities.resolve("default", "POSTGRESQL", create=False, at=NOW)
+    assert (lookup.entity_id, lookup.method) == (postgres.entity_id, "exact")
+    row = meta.entity_by_name("default", "postgresql")
+    assert row is not None and row.display_name == "postgres"
+
+
+def test_fuzzy_threshold_is_strict(meta: MetadataStore, embedder: FastEmbedEmbedder) -> None:
+    score = JaroWinkler.similarity("postgres", "postgresql")
+    entities = resolver(meta, embedder, fuzzy_threshold=score, embedding_threshold=0.999)
+    postgres = entities.resolve("default", "postgres", create=True, at=NOW)
+    other = entities.resolve("default", "postgresql", create=True, at=NOW)
+    assert other.method == "new" and other.entity_id != postgres.entity_id
+
+
+def test_embedding_similarity_above_092_merges_as_alias(
+    meta: MetadataStore, embedder: FastEmbedEmbedder
+) -> None:
+    first, second = EMBEDDING_PAIR
+    entities = resolver(meta, embedder)
+    canonical = entities.resolve("default", first, create=True, at=NOW)
+    merged = entities.resolve("default", second, create=True, at=NOW)
+    assert merged.method == "embedding" and merged.entity_id == canonical.entity_id
+    assert merged.score == pytest.approx(cosine(embedder, first, second), abs=1e-4)
+    aliases = meta.aliases_of([canonical.entity_id])[canonical.entity_id]
+    assert [(a["alias"], a["method"]) for a in aliases] == [(second, "embedding")]
+    assert aliases[0]["score"] > 0.92
+    # The alias now resolves exactly, without the model.
+    assert entities.resolve("default", second, create=False, at=NOW).method == "exact"
+
+
+def test_embedding_threshold_is_strict(meta: MetadataStore, embedder: FastEmbedEmbedder) -> None:
+    first, second = EMBEDDING_PAIR
+    score = cosine(embedder, first, second)
+    entities = resolver(meta, embedder, embedding_threshold=score + 1e-4)
+    canonical = entities.resolve("default", first, create=True, at=NOW)
+    other = entities.resolve("default", second, create=True, at=NOW)
+    assert other.method == "new" and other.entity_id != canonical.entity_id
+    # Just under the merge threshold but above 0.80: recorded as a candidate instead.
+    assert other.candidate is not None and other.candidate[0] == canonical.entity_id
+
+
+def test_between_080_and_092_is_an_alias_candidate(
+    meta: MetadataStore, embedder: FastEmbedEmbedder
+) -> None:
+    first, second = CANDIDATE_PAIR
+    entities = resolver(meta, embedder)
+    canonical = entities.resolve("default", first, create=True, at=NOW)
+    other = entities.resolve("default", second, create=True, at=NOW)
+    assert other.method == "new" and other.entity_id != canonical.entity_id
+    candidates = meta.alias_candidates("default", 10)
+    assert [(c["name"], c["entity_id"]) for c in candidates] == [(second, canonical.entity_id)]
+    assert 0.80 <= candidates[0]["score"] <= 0.92
+
+
+def test_below_threshold_creates_a_new_entity(
+    meta: MetadataStore, embedder: FastEmbedEmbedder
+) -> None:
+    first, second = UNRELATED_PAIR
+    entities = resolver(meta, embedder)
+    a = entities.resolve("default", first, create=True, at=NOW)
+    b = entities.resolve("default", second, create=True, at=NOW)
+    assert b.method == "new" and a.entity_id != b.entity_id
+    assert meta.alias_candidates("default", 10) == []
+    assert meta.count_entities("default") == 2
+
+
+def test_different_numbers_never_merge(meta: MetadataStore, embedder: FastEmbedEmbedder) -> None:
+    entities = resolver(meta, embedder)
+    two = entities.resolve("default", "python2", create=True, at=NOW)
+    three = entities.resolve("default", "python3", create=True, at=NOW)
+    assert JaroWinkler.similarity("python2", "python3") > 0.85
+    assert three.method == "new" and three.entity_id != two.entity_id
+
+
+def test_lookup_without_create_writes_nothing(
+    meta: MetadataStore, embedder: FastEmbedEmbedder
+) -> None:
+    entities = resolver(meta, embedder)
+    entities.resolve("default", "postgres", create=True, at=NOW)
+    fuzzy = entities.resolve("default", "postgresql", create=False, at=NOW)
+    missing = entities.resolve("default", "kafka", create=False, at=NOW)
+    assert fuzzy.method == "fuzzy" and missing.entity_id is None
+    assert meta.count_entities("default") == 1
+    assert meta.entity_by_name("default", "postgresql") is None
+
+
+# --------------------------------------------------------------------------- service level
+
+
+def test_store_merges_variants_and_recall_filters_through_aliases(service: MemoryService) -> None:
+    capital = service.store(
+        {"content": "switched the connection pool to a Tokio semaphore", "entities": ["Tokio"]}
+    )
+    runtime = service.store(
+        {"content": "upgraded the async executor for the api", "entities": ["tokio runtime"]}
+    )
+    service.store({"content": "tokio mentioned but not tagged with the entity at all"})
+    assert capital["entities"][0]["resolved_by"] == "new"
+    assert runtime["entities"][0]["resolved_by"] == "fuzzy"
+    assert runtime["entities"][0]["entity_id"] == capital["entities"][0]["entity_id"]
+    expected = {capital["id"], runtime["id"]}
+    for name in ("tokio", "Tokio", "TOKIO runtime", " tokio_runtime "):
+        found = service.recall({"query": "tokio", "entities": [name], "limit": 10})
+        assert memory_ids(found) == expected, name
+    result = next(
+        r for r in service.recall({"query": "executor", "entities": ["tokio"]})["results"]
+        if r["id"] == runtime["id"]
+    )
+    assert result["entities"] == ["Tokio"]  # the canonical display name
+
+
+def test_embedding_alias_through_the_service(service: MemoryService) -> None:
+    first, second = EMBEDDING_PAIR
+    a = service.store({"content": "the deployment pipeline runs on every merge", "entities": [first]})
+    b = service.store({"content": "nightly job rebuilds caches", "entities": [second]})
+    assert b["entities"][0] == {"name": second, "entity_id": a["entities"][0]["entity_id"],
+                                "resolved_by": "embedding"}
+    found = service.recall({"query": "pipeline", "entities": [second], "limit": 10})
+    assert memory_ids(found) == {a["id"], b["id"]}
+
+
+def test_alias_candidates_surface_in_reflect(service: MemoryService) -> None:
+    first, second = CANDIDATE_PAIR
+    service.store({"content": "the car needs new tyres before winter", "entities": [first]})
+    b = service.store({"content": "the automobile insurance renews in May", "entities": [second]})
+    assert b["entities"][0]["resolved_by"] == "new"
+    candidates = service.reflect({})["alias_candidates"]
+    assert [(c["name"], c["entity"]) for c in candidates] == [(second, first)]
+    assert 0.80 <= candidates[0]["score"] <= 0.92
+    # A candidate is not an alias: filtering by one does not return the other's memory.
+    found = service.recall({"query": "insurance tyres", "entities": [second], "limit": 10})
+    assert memory_ids(found) == {b["id"]}
+
+
+def test_entity_rows_are_per_namespace(service: MemoryService) -> None:
+    a = service.store({"content": "tokio in project a", "entities": ["tokio"], "namespace": "a"})
+    b = service.store({"content": "tokio in project b", "entities": ["Tokio"], "namespace": "b"})
+    service.store({"content": "postgres in project a", "entities": ["postgres"], "namespace": "a"})
+    service.store({"content": "postgresql alias in a", "entities": ["postgresql"], "namespace": "a"})
+    assert a["entities"][0]["entity_id"] != b["entities"][0]["entity_id"]
+    assert b["entities"][0]["resolved_by"] == "new"
+    assert service.meta.count_entities("a") == 2
+    assert service.meta.count_entities("b") == 1
+    assert service.meta.entity_by_name("b", "postgresql") is None
+    found = service.recall({"query": "tokio", "entities": ["tokio"], "namespace": "b"})
+    assert memory_ids(found) == {b["id"]}
+
+
+def test_unknown_entity_filter_returns_nothing_and_creates_nothing(
+    service: MemoryService,
+) -> None:
+    service.store({"content": "kafka consumer lag alert fired", "entities": ["kafka"]})
+    before = service.meta.count_entities("default")
+    found = service.recall({"query": "consumer lag", "entities": ["zookeeper"]})
+    assert found["results"] == [] and found["unresolved_entities"] == ["zookeeper"]
+    assert service.meta.count_entities("default") == before

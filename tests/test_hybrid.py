@@ -1,0 +1,150 @@
+"""Hybrid retrieval proof (spec "Hybrid retrieval quality") and recall filters / ordering.
+
+Over 20+ memories: one target is reachable only by an exact keyword (BM25), another only by
+paraphrase (dense). The fused results hold both; each channel alone misses one of them.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from ferrex.core.service import MemoryService
+from tests.conftest import ServiceFactory
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+KEYWORD_TARGET = "Postmortem for ticket QZX-9071: a misconfigured nginx rate limiter rejected API calls"
+PARAPHRASE_TARGET = "the checkout became painfully slow for shoppers right after the holiday promotion went live"
+DISTRACTORS = [
+    "the website homepage got a new hero banner for the spring campaign",
+    "customer support answered twice as many chats this week",
+    "our online store added Apple Pay and Google Pay at checkout",
+    "marketing planned a discount sale for existing customers in March",
+    "the mobile app release 4.2 fixed a crash on older Android phones",
+    "Grafana dashboards were reorganised by service owner",
+    "the data team migrated nightly reports from cron to Airflow",
+    "a customer asked for an invoice in Portuguese",
+    "the design system gained a dark mode palette",
+    "the warehouse scanner firmware was updated to version 7",
+    "website traffic from search engines grew 12 percent in October",
+    "sales asked for a report of customers who churned last quarter",
+    "we renewed the TLS certificates for all public domains",
+    "the office coffee machine was replaced after it broke",
+    "the customer newsletter moved from Mailchimp to Buttondown",
+    "load balancer health checks now probe /healthz every five seconds",
+    "the blog post about our pricing page was published on Tuesday",
+    "the QA team wrote end-to-end tests for the signup form",
+    "shoppers can now save items in a wishlist on the website",
+    "a discount code leaked on a coupon forum and was revoked",
+    "the product team interviewed five customers about the sale experience",
+    "the online shop felt slow to customers during the Black Friday promotion",
+    "cart pages loaded slowly while the discount campaign ran",
+    "customers complained that paying took ages during the spring offer",
+    "the web store was laggy for shoppers when the autumn discount started",
+    "during the promo weekend the payment form timed out for many users",
+    "people shopping on the site during the clearance event saw long delays",
+    "the storefront responded slowly under the flash-sale load",
+]
+# No word of the query except the ticket id occurs in any memory (after stemming/stopwords).
+QUERY = "QZX-9071 purchasing was sluggish for buyers around the seasonal deal"
+
+
+def _load(service: MemoryService) -> dict[str, str]:
+    stored = service.store_many(
+        [{"content": text, "timestamp": "2026-11-20T09:00:00Z"} for text in [KEYWORD_TARGET, PARAPHRASE_TARGET, *DISTRACTORS]]
+    )
+    assert all("error" not in s for s in stored), stored
+    return {"keyword": stored[0]["id"], "paraphrase": stored[1]["id"]}
+
+
+def _ids(service: MemoryService, mode: str, limit: int = 5) -> list[str]:
+    service.settings.retrieval.mode = mode  # type: ignore[assignment]
+    service.cache.invalidate()
+    return [r["id"] for r in service.recall({"query": QUERY, "limit": limit})["results"]]
+
+
+def test_both_channels_contribute_to_fused_results(make_service: ServiceFactory) -> None:
+    service = make_service(clock=lambda: NOW)
+    targets = _load(service)
+    assert len(DISTRACTORS) + 2 >= 20
+    hybrid = _ids(service, "hybrid")
+    dense = _ids(service, "dense")
+    bm25 = _ids(service, "bm25")
+    assert targets["keyword"] in hybrid and targets["paraphrase"] in hybrid
+    assert targets["keyword"] not in dense and targets["paraphrase"] in dense
+    assert targets["paraphrase"] not in bm25 and targets["keyword"] in bm25
+    service.settings.retrieval.mode = "hybrid"
+    explained = service.recall({"query": QUERY, "limit": 5, "explain": True})["results"]
+    by_id = {r["id"]: r["explain"] for r in explained}
+    assert by_id[targets["paraphrase"]]["bm25_rank"] is None
+    assert by_id[targets["keyword"]]["bm25_rank"] == 1
+
+
+# --------------------------------------------------------------------------- filters
+
+
+@pytest.fixture
+def loaded(make_service: ServiceFactory) -> tuple[MemoryService, dict[str, str]]:
+    service = make_service(clock=lambda: NOW)
+    ids = {}
+    ids["e_tokio"] = service.store({
+        "content": "switched the api-server pool to tokio::sync::Semaphore to fix a deadlock",
+        "timestamp": "2026-11-02T10:00:00Z", "entities": ["api-server", "Tokio"],
+    })["id"]
+    ids["e_billing"] = service.store({
+        "content": "billing-service invoices were delayed by a stuck Stripe webhook",
+        "timestamp": "2026-11-20T10:00:00Z", "entities": ["billing-service", "Stripe"],
+    })["id"]
+    ids["s_tokio"] = service.store({"subject": "api-server", "predicate": "uses", "object": "tokio 1.38"})["id"]
+    ids["p_deploy"] = service.store({
+        "type": "procedural", "name": "deploy-api-server", "entities": ["api-server"],
+        "steps": ["run cargo test", "build the release image", "roll out with kubectl"],
+    })["id"]
+    return service, ids
+
+
+def test_types_filter(loaded: tuple[MemoryService, dict[str, str]]) -> None:
+    service, ids = loaded
+    result = service.recall({"query": "api-server tokio", "types": ["semantic"], "limit": 10})
+    assert [r["id"] for r in result["results"]] == [ids["s_tokio"]]
+    result = service.recall({"query": "api-server tokio", "types": ["episodic", "procedural"], "limit": 10})
+    assert {r["type"] for r in result["results"]} <= {"episodic", "procedural"}
+    assert ids["s_tokio"] not in [r["id"] for r in result["results"]]
+
+
+def test_entities_filter_resolves_names(loaded: tuple[MemoryService, dict[str, str]]) -> None:
+    service, ids = loaded
+    for name in ("api-server", "API Server", "api_server"):
+        result = service.recall({"query": "what happened", "entities": [name], "limit": 10})
+        assert {r["id"] for r in result["results"]} == {ids["e_tokio"], ids["s_tokio"], ids["p_deploy"]}
+    result = service.recall({"query": "what happened", "entities": ["stripe"], "limit": 10})
+    assert [r["id"] for r in result["results"]] == [ids["e_billing"]]
+    unknown = service.recall({"query": "what happened", "entities": ["kubernetes-operator"], "limit": 10})
+    assert unknown["results"] == [] and unknown["unresolved_entities"] == ["kubernetes-operator"]
+
+
+def test_time_range_filter(loaded: tuple[MemoryService, dict[str, str]]) -> None:
+    service, ids = loaded
+    result = service.recall({
+        "query": "incident", "types": ["episodic"], "limit": 10,
+        "time_range": {"after": "2026-11-10T00:00:00Z"},
+    })
+    assert [r["id"] for r in result["results"]] == [ids["e_billing"]]
+    result = service.recall({
+        "query": "incident", "types": ["episodic"], "limit": 10,
+        "time_range": {"after": "2026-11-01", "before": "2026-11-03"},
+    })
+    assert [r["id"] for r in result["results"]] == [ids["e_tokio"]]
+
+
+def test_limit_and_deterministic_order(loaded: tuple[MemoryService, dict[str, str]]) -> None:
+    service, _ = loaded
+    first = service.recall({"query": "api-server", "limit": 2})
+    assert first["count"] == 2 and len(first["results"]) == 2
+    runs = [service.recall({"query": "api-server deadlock", "limit": 4}) for _ in range(5)]
+    service.cache.invalidate()
+    runs.append(service.recall({"query": "api-server deadlock", "limit": 4}))
+    orders = {tuple((r["id"], r["score"]) for r in run["results"]) for run in runs}
+    assert len(orders) == 1

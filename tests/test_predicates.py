@@ -1,0 +1,199 @@
+"""Predicate normalisation (spec "Conflict Resolution / Predicate Normalization").
+
+Proves the three stages on the pure functions (normalise, synonym map, Jaro-Winkler > 0.85 against
+the subject's existing predicates, strict at the boundary) and, on a real MemoryService, that what
+the normaliser decides is what conflict detection uses: synonyms and fuzzy variants supersede each
+other, fuzzy matching only looks at the same subject, unrelated predicates never conflict, and the
+synonym map is extensible and overridable per namespace from the settings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from rapidfuzz.distance import JaroWinkler
+
+from ferrex.config import Settings
+from ferrex.core.predicates import PredicateNormalizer, normalize_predicate
+from ferrex.core.service import MemoryService
+from tests.conftest import ServiceFactory
+
+DEFAULT_SYNONYMS = Settings().predicates.synonyms
+
+
+def fact(subject: str, predicate: str, obj: str, **extra: Any) -> dict[str, Any]:
+    return {"subject": subject, "predicate": predicate, "object": obj, **extra}
+
+
+def current_objects(service: MemoryService, subject: str, namespace: str = "default") -> set[str]:
+    rows = service.meta.memories_in_namespace(
+        namespace, where="type = 'semantic' AND t_invalid IS NULL"
+    )
+    return {m.object or "" for m in rows if m.subject == subject}
+
+
+# --------------------------------------------------------------------------- pure functions
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("depends-on", "dependson"),
+        ("Depends_On", "dependson"),
+        ("  depends  on ", "dependson"),
+        ("RUNS-version", "runsversion"),
+        ("uses", "uses"),
+    ],
+)
+def test_normalize_lowercases_trims_and_strips_separators(raw: str, expected: str) -> None:
+    assert normalize_predicate(raw) == expected
+
+
+@pytest.mark.parametrize(
+    ("canonical", "variants"),
+    [
+        ("depends_on", ["uses", "depends_on", "depends-on", "requires", "needs", "Depends On"]),
+        ("built_with", ["written_in", "implemented-in", "built with"]),
+        ("version", ["version", "runs_version", "at-version"]),
+        ("owned_by", ["owned_by", "maintained-by", "Managed By"]),
+    ],
+)
+def test_synonym_families_map_to_their_canonical(canonical: str, variants: list[str]) -> None:
+    normalizer = PredicateNormalizer(DEFAULT_SYNONYMS)
+    for variant in variants:
+        resolution = normalizer.resolve(variant)
+        assert (resolution.canonical, resolution.method) == (canonical, "synonym"), variant
+
+
+def test_uses_and_depends_on_are_the_same_predicate() -> None:
+    normalizer = PredicateNormalizer(DEFAULT_SYNONYMS)
+    assert normalizer.canonical("uses") == normalizer.canonical("depends-on") == "depends_on"
+
+
+def test_unrecognised_predicates_pass_through_normalised() -> None:
+    normalizer = PredicateNormalizer(DEFAULT_SYNONYMS)
+    resolution = normalizer.resolve("Deployed-To")
+    assert (resolution.canonical, resolution.method) == ("deployedto", "new")
+
+
+def test_fuzzy_depends_on_and_dependson_match_above_085() -> None:
+    # Without the synonym map the fuzzy stage alone must equate them (spec unit test).
+    assert JaroWinkler.similarity("depends_on", "dependson") > 0.85
+    normalizer = PredicateNormalizer({})
+    resolution = normalizer.resolve("dependson", existing=["depends_on"])
+    assert resolution.canonical == "depends_on"
+    assert resolution.method == "fuzzy" and resolution.score > 0.85
+
+
+def test_fuzzy_match_against_existing_predicates() -> None:
+    normalizer = PredicateNormalizer(DEFAULT_SYNONYMS)
+    resolution = normalizer.resolve("deploys_to", existing=["deployedto", "license"])
+    assert (resolution.canonical, resolution.method) == ("deployedto", "fuzzy")
+    assert resolution.score > 0.85
+
+
+def test_fuzzy_threshold_is_strict() -> None:
+    score = JaroWinkler.similarity("hostedon", "hosts")
+    at_score = PredicateNormalizer({}, fuzzy_threshold=score)
+    below_score = PredicateNormalizer({}, fuzzy_threshold=score - 0.001)
+    assert at_score.resolve("hosted_on", existing=["hosts"]).method == "new"
+    assert below_score.resolve("hosted_on", existing=["hosts"]).canonical == "hosts"
+
+
+def test_fuzzy_picks_the_closest_existing_predicate() -> None:
+    normalizer = PredicateNormalizer({})
+    resolution = normalizer.resolve("runs_on", existing=["runsin", "runson2", "runson"])
+    assert resolution.canonical == "runson" and resolution.method == "exact"
+    resolution = normalizer.resolve("deploys_to", existing=["deployed", "deployedto"])
+    expected = max(
+        ["deployed", "deployedto"], key=lambda p: JaroWinkler.similarity("deploysto", p)
+    )
+    assert resolution.canonical == expected
+
+
+def test_unrelated_predicates_do_not_match() -> None:
+    normalizer = PredicateNormalizer(DEFAULT_SYNONYMS)
+    existing = ["depends_on", "owned_by", "version"]
+    for predicate in ("license", "language", "deployed_to", "homepage"):
+        resolution = normalizer.resolve(predicate, existing=existing)
+        assert resolution.method == "new", (predicate, resolution)
+        assert resolution.canonical == normalize_predicate(predicate)
+
+
+def test_namespace_synonyms_extend_or_replace_the_map() -> None:
+    settings = Settings.model_validate(
+        {
+            "predicates": {
+                "namespaces": {
+                    "infra": {"synonyms": {"depends_on": ["links_against"]}},
+                    "strict": {"synonyms": {"hosted_on": ["runs_on"]}, "replace": True},
+                }
+            }
+        }
+    )
+    infra = PredicateNormalizer(settings.predicates.synonyms_for("infra"))
+    strict = PredicateNormalizer(settings.predicates.synonyms_for("strict"))
+    default = PredicateNormalizer(settings.predicates.synonyms_for("default"))
+    assert infra.canonical("links-against") == infra.canonical("uses") == "depends_on"
+    assert default.canonical("links-against") == "linksagainst"
+    assert strict.canonical("runs on") == "hosted_on"
+    assert strict.canonical("uses") == "uses"  # replaced: the default families are gone
+
+
+# --------------------------------------------------------------------------- service level
+
+
+def test_synonym_predicates_supersede_each_other(service: MemoryService) -> None:
+    first = service.store(fact("api-server", "uses", "tokio 1.36"))
+    second = service.store(fact("api-server", "requires", "tokio 1.38"))
+    assert second["status"] == "superseded" and second["superseded"] == [first["id"]]
+    assert second["predicate"] == {"canonical": "depends_on", "resolved_by": "synonym"}
+    assert current_objects(service, "api-server") == {"tokio 1.38"}
+
+
+def test_fuzzy_predicate_against_same_subject_supersedes(service: MemoryService) -> None:
+    first = service.store(fact("web", "deployed_to", "staging cluster"))
+    second = service.store(fact("web", "deploys-to", "production cluster"))
+    assert second["predicate"]["resolved_by"] == "fuzzy"
+    assert second["predicate"]["canonical"] == "deployedto"
+    assert second["superseded"] == [first["id"]]
+    assert current_objects(service, "web") == {"production cluster"}
+
+
+def test_fuzzy_predicates_only_compare_within_the_subject(service: MemoryService) -> None:
+    service.store(fact("web", "deployed_to", "staging cluster"))
+    other = service.store(fact("worker", "deploys-to", "batch cluster"))
+    assert other["predicate"] == {"canonical": "deploysto", "resolved_by": "new"}
+    assert other["status"] == "stored"
+    assert current_objects(service, "web") == {"staging cluster"}
+
+
+def test_unrelated_predicates_do_not_conflict(service: MemoryService) -> None:
+    ids = [
+        service.store(fact("api-server", predicate, obj))["id"]
+        for predicate, obj in [
+            ("uses", "tokio"),
+            ("license", "MIT"),
+            ("owned_by", "platform team"),
+            ("written_in", "Rust"),
+        ]
+    ]
+    memories = service.meta.get_memories(ids)
+    assert all(m.t_invalid is None for m in memories.values())
+    assert service.meta.count_audit("default", "supersede") == 0
+
+
+def test_per_namespace_synonym_override(make_service: ServiceFactory) -> None:
+    service = make_service(
+        predicates={"namespaces": {"infra": {"synonyms": {"depends_on": ["links_against"]}}}}
+    )
+    infra_old = service.store(fact("libfoo", "uses", "openssl 1.1", namespace="infra"))
+    infra_new = service.store(fact("libfoo", "links against", "openssl 3.0", namespace="infra"))
+    assert infra_new["superseded"] == [infra_old["id"]]
+    # Outside "infra" the extra synonym does not exist: the two predicates stay distinct.
+    service.store(fact("libfoo", "uses", "openssl 1.1", namespace="apps"))
+    apps_new = service.store(fact("libfoo", "links against", "openssl 3.0", namespace="apps"))
+    assert apps_new["status"] == "stored"
+    assert apps_new["predicate"]["canonical"] == "linksagainst"
+    assert current_objects(service, "libfoo", "apps") == {"openssl 1.1", "openssl 3.0"}

@@ -1,0 +1,78 @@
+"""The qdrant-client adapter (``--qdrant-url``) on ``QdrantClient(":memory:")``: same schema, same
+behaviour as the embedded engine (no Qdrant server binary exists in this environment)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from qdrant_client import QdrantClient, models
+
+from ferrex.store.qdrant import COLLECTION, QdrantIndex
+from tests.conftest import ServiceFactory
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+MEMORIES = [
+    {"content": "the api-server switched to tokio::sync::Semaphore to fix a pool deadlock",
+     "timestamp": "2026-11-25T10:00:00Z", "entities": ["api-server", "tokio"]},
+    {"content": "billing-service invoices were delayed by a stuck Stripe webhook (INC-2231)",
+     "timestamp": "2026-11-26T10:00:00Z", "entities": ["billing-service", "stripe"]},
+    {"content": "the dashboard team replaced Redux with Zustand for state management",
+     "timestamp": "2026-11-27T10:00:00Z", "entities": ["dashboard"]},
+    {"subject": "api-server", "predicate": "written_in", "object": "Rust"},
+    {"subject": "billing-service", "predicate": "owned_by", "object": "the payments team"},
+    {"type": "procedural", "name": "deploy-to-staging", "conditions": ["tests pass"],
+     "steps": ["build the image", "push it to the registry", "apply the manifests"]},
+]
+QUERIES = [
+    {"query": "INC-2231"},
+    {"query": "what language is the api-server written in"},
+    {"query": "how do we deploy", "types": ["procedural"]},
+    {"query": "state management", "entities": ["dashboard"]},
+    {"query": "what happened", "time_range": {"after": "2026-11-26T00:00:00Z"}},
+]
+
+
+def _contents(response: dict) -> list[str]:
+    return [r.get("content") or f"{r['subject']} {r['predicate']} {r['object']}" for r in response["results"]]
+
+
+def test_collection_schema(make_service: ServiceFactory) -> None:
+    client = QdrantClient(":memory:")
+    service = make_service(clock=lambda: NOW, index=QdrantIndex(client, mode="local"))
+    service.store(MEMORIES[0])
+    info = client.get_collection(COLLECTION)
+    vectors = info.config.params.vectors
+    assert isinstance(vectors, dict) and vectors["dense"].distance == models.Distance.COSINE
+    assert vectors["dense"].size == 384
+    sparse = info.config.params.sparse_vectors
+    assert sparse is not None and sparse["bm25"].modifier == models.Modifier.IDF
+    point = client.scroll(COLLECTION, limit=1, with_payload=True)[0][0]
+    assert set(point.payload or {}) >= {"memory_id", "namespace", "type", "entities", "time", "t_invalid", "model"}
+
+
+def test_same_results_as_the_embedded_engine(make_service: ServiceFactory) -> None:
+    edge = make_service(clock=lambda: NOW)
+    local = make_service(clock=lambda: NOW, index=QdrantIndex(QdrantClient(":memory:"), mode="local"))
+    for service in (edge, local):
+        stored = service.store_many(MEMORIES)
+        assert all("error" not in s for s in stored)
+    for query in QUERIES:
+        a = edge.recall({**query, "limit": 5})
+        b = local.recall({**query, "limit": 5})
+        assert _contents(a) == _contents(b), query
+        assert [r["score"] for r in a["results"]] == [r["score"] for r in b["results"]]
+
+
+def test_supersede_forget_and_history_on_qdrant_client(make_service: ServiceFactory) -> None:
+    client = QdrantClient(":memory:")
+    service = make_service(clock=lambda: NOW, index=QdrantIndex(client, mode="local"))
+    old = service.store({"subject": "api-server", "predicate": "uses", "object": "tokio 1.36"})
+    new = service.store({"subject": "api-server", "predicate": "depends-on", "object": "tokio 1.38"})
+    assert new["status"] == "superseded" and new["superseded"] == [old["id"]]
+    current = service.recall({"query": "api-server tokio", "types": ["semantic"]})
+    assert [r["id"] for r in current["results"]] == [new["id"]]
+    history = service.recall({"query": "api-server tokio", "types": ["semantic"], "include_invalidated": True})
+    assert {r["id"] for r in history["results"]} == {old["id"], new["id"]}
+    gone = service.forget({"ids": [new["id"]]})
+    assert gone["deleted"] == [new["id"]]
+    assert service.index.points_by_memory().keys() == {old["id"]}
