@@ -30,7 +30,6 @@ import math
 import os
 import platform
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -100,7 +99,7 @@ def parse_session_date(value: str) -> datetime:
 
 
 def normalise_evidence(raw: Iterable[str]) -> list[str]:
-    """"D:11:26" -> D11:26, "D30:05" -> D30:5, "D8:6; D9:17" -> two ids, junk ("D") dropped."""
+    """ "D:11:26" -> D11:26, "D30:05" -> D30:5, "D8:6; D9:17" -> two ids, junk ("D") dropped."""
     out: list[str] = []
     for item in raw:
         for part in re.split(r"[;,\s]+", str(item)):
@@ -120,9 +119,7 @@ def load_locomo(path: Path, limit: int | None) -> list[Conversation]:
 
 def _conversation(sample: dict[str, Any]) -> Conversation:
     conv = sample["conversation"]
-    sessions = sorted(
-        (int(m.group(1)), key) for key in conv if (m := _SESSION.fullmatch(key))
-    )
+    sessions = sorted((int(m.group(1)), key) for key in conv if (m := _SESSION.fullmatch(key)))
     turns: list[Turn] = []
     for number, key in sessions:
         date = parse_session_date(conv[f"{key}_date_time"])
@@ -216,6 +213,7 @@ def build(args: argparse.Namespace, data_dir: Path) -> Any:
         encoder = Bm25Encoder(avg_len=args.bm25_avg_len)
         service.sparse = encoder
         service.sync.sparse = encoder
+    args.rerank_top_n = settings.retrieval.rerank_top_n or 20
     service.ensure_ready()
     if settings.rerank:
         service.reranker.load()
@@ -234,12 +232,12 @@ def settings_overrides(pairs: Sequence[str]) -> list[tuple[str, Any]]:
     return out
 
 
-def set_mode(service: Any, mode: str) -> None:
+def set_mode(service: Any, mode: str, rerank_top_n: int = 20) -> None:
     """Switch the pipeline's retrieval mode; drop every cache so no mode sees another's work."""
     retrieval = service.settings.retrieval
     if mode == RERANK_MODE:
         retrieval.mode = "hybrid"
-        retrieval.rerank_top_n = service.bench_rerank_top_n
+        retrieval.rerank_top_n = rerank_top_n
     else:
         retrieval.mode = mode
         retrieval.rerank_top_n = 0  # the single channels and plain RRF are measured unreranked
@@ -249,7 +247,6 @@ def set_mode(service: Any, mode: str) -> None:
 
 def modes_to_run(service: Any, requested: Sequence[str]) -> tuple[list[str], str | None]:
     """Product modes, plus hybrid+rerank when a cross-encoder actually loaded."""
-    service.bench_rerank_top_n = service.settings.retrieval.rerank_top_n or 20
     modes = [m for m in requested if m in PRODUCT_MODES]
     if service.reranker.available:
         return [*modes, RERANK_MODE], None
@@ -286,19 +283,27 @@ def truncate_to_context(service: Any, text: str) -> tuple[str, bool]:
 
 @dataclass
 class Timings:
+    """Per query: the embedding model alone, then the full recall (limit 10, which embeds the
+    query again), then the long call (query embedding cached). Interleaved, so the model's time
+    and the recall's are measured under the same machine load."""
+
+    embed_ms: list[float] = field(default_factory=list)
     recall_ms: list[float] = field(default_factory=list)
     budget_ms: list[float] = field(default_factory=list)
 
-    def summary(self, embed_p50: float, embed_p95: float) -> dict[str, float]:
+    def summary(self) -> dict[str, float]:
+        e50, e95 = percentile(self.embed_ms, 50), percentile(self.embed_ms, 95)
         r50, r95 = percentile(self.recall_ms, 50), percentile(self.recall_ms, 95)
         b50, b95 = percentile(self.budget_ms, 50), percentile(self.budget_ms, 95)
         return {
+            "embed_p50_ms": e50,
+            "embed_p95_ms": e95,
             "recall_p50_ms": r50,
             "recall_p95_ms": r95,
-            "recall_p50_x_embed": r50 / embed_p50 if embed_p50 else math.nan,
-            "recall_p95_x_embed": r95 / embed_p95 if embed_p95 else math.nan,
-            "budget_recall_p50_ms": b50,
-            "budget_recall_p95_ms": b95,
+            "recall_p50_x_embed": r50 / e50 if e50 else math.nan,
+            "recall_p95_x_embed": r95 / e95 if e95 else math.nan,
+            "long_recall_p50_ms": b50,
+            "long_recall_p95_ms": b95,
         }
 
 
@@ -311,15 +316,11 @@ def percentile(values: Sequence[float], pct: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
-def time_embedding(service: Any, queries: Sequence[str]) -> list[float]:
-    """The embedding model's own time per query (same process, same run)."""
-    service.embedder.embed_query("warm-up")
-    out = []
-    for query in queries:
-        start = time.perf_counter()
-        service.embedder.embed_query(query)
-        out.append((time.perf_counter() - start) * 1000)
-    return out
+def time_embedding(service: Any, query: str) -> float:
+    """The embedding model's own time for one query (ms)."""
+    start = time.perf_counter()
+    service.embedder.embed_query(query)
+    return (time.perf_counter() - start) * 1000
 
 
 def timed_recall(service: Any, arguments: dict[str, Any]) -> tuple[dict[str, Any], float]:
@@ -331,30 +332,36 @@ def timed_recall(service: Any, arguments: dict[str, Any]) -> tuple[dict[str, Any
 # =========================================================================== fusion helpers
 
 
-def rrf(
-    channels: Sequence[tuple[Sequence[str], float]], k: int, depth: int, limit: int
-) -> list[str]:
-    """Weighted reciprocal rank fusion of ranked id lists (each cut to ``depth``), ties by id —
-    the product's hybrid query with weights 1:1."""
+def rrf(channels: Sequence[tuple[Sequence[str], float]], k: int, limit: int) -> list[str]:
+    """Weighted reciprocal rank fusion of ranked id lists, ties by id: with weights 1:1 this is
+    the product's hybrid query (Qdrant's RRF over the dense and BM25 prefetches)."""
     scores: dict[str, float] = {}
     for ranked, weight in channels:
-        for rank, item in enumerate(ranked[:depth], start=1):
+        for rank, item in enumerate(ranked, start=1):
             scores[item] = scores.get(item, 0.0) + weight / (k + rank)
     ordered = sorted(scores.items(), key=lambda pair: (-pair[1], pair[0]))
     return [item for item, _ in ordered[:limit]]
 
 
-def channel_lists(service: Any, query: str, namespace: str, depth: int) -> tuple[list[str], list[str]]:
-    """Dense and BM25 candidate lists (memory ids) straight from the same index."""
+Channels = dict[int, tuple[list[str], list[str]]]
+
+
+def channel_lists(service: Any, query: str, namespace: str, depths: Iterable[int]) -> Channels:
+    """Dense and BM25 candidate lists (memory ids) straight from the same index, one search per
+    depth: BM25 ties are frequent on short texts and the engine orders tied points differently
+    for different limits, so a depth-30 prefix of a depth-400 list is not the depth-30 list."""
     from ferrex.core.ports import IndexFilter
 
     cfg = service.settings.retrieval
     flt = IndexFilter(namespace=namespace)
     vector = service._query_vector(query)
     sparse = service.sparse.encode_query(query)
-    dense = unique(h.memory_id for h in service.index.dense_search(vector, flt, depth, cfg.hnsw_ef))
-    bm25 = unique(h.memory_id for h in service.index.sparse_search(sparse, flt, depth))
-    return dense, bm25
+    out: Channels = {}
+    for depth in sorted(set(depths)):
+        dense = service.index.dense_search(vector, flt, depth, cfg.hnsw_ef)
+        bm25 = service.index.sparse_search(sparse, flt, depth)
+        out[depth] = (unique(h.memory_id for h in dense), unique(h.memory_id for h in bm25))
+    return out
 
 
 def unique(items: Iterable[str]) -> list[str]:
@@ -399,6 +406,14 @@ def boost_speaker(
     ]
     scored.sort(key=lambda t: (-t[0], t[1]))
     return [item for _, _, item in scored]
+
+
+def oracle(ranked: Sequence[str], relevant: set[str] | dict[str, int], n: int) -> list[str]:
+    """The first ``n`` candidates reordered relevant-first (what a perfect reranker of the top
+    ``n`` could return); the rest keep their order. An upper bound, not a method."""
+    head = list(ranked[:n])
+    head.sort(key=lambda item: item not in relevant)
+    return head + list(ranked[n:])
 
 
 # =========================================================================== LoCoMo
@@ -450,8 +465,13 @@ def ingest_locomo(
             error = result["error"]
             twin = error.get("existing_id")
             target.rejected.append(
-                {"dia_id": turn.dia_id, "code": error.get("code"), "duplicate_of": twin,
-                 "similarity": error.get("similarity"), "text": turn.text[:120]}
+                {
+                    "dia_id": turn.dia_id,
+                    "code": error.get("code"),
+                    "duplicate_of": twin,
+                    "similarity": error.get("similarity"),
+                    "text": turn.text[:120],
+                }
             )
             if twin:
                 target.memory_of[turn.dia_id] = twin
@@ -493,9 +513,7 @@ def neighbour_map(stored: Stored, window: int) -> dict[str, list[str]]:
 
 
 def named_speakers(question: str, speakers: Sequence[str]) -> list[str]:
-    return [
-        s for s in speakers if re.search(rf"\b{re.escape(s.split()[0])}\b", question, re.I)
-    ]
+    return [s for s in speakers if re.search(rf"\b{re.escape(s.split()[0])}\b", question, re.I)]
 
 
 @dataclass
@@ -532,8 +550,7 @@ def run_locomo(args: argparse.Namespace, path: Path) -> dict[str, Any]:
             counter = token_counter(service)
             text_of = {mid: t for s in stored.values() for mid, t in s.turn_of.items()}
             tokens = {mid: counter(service.meta.get_memory(mid).display_text()) for mid in text_of}
-            embed_ms = time_embedding(service, [q.text for _, q in questions])
-            e50, e95 = percentile(embed_ms, 50), percentile(embed_ms, 95)
+            service.embedder.embed_query("warm-up")
             lists: dict[str, list[QueryLists]] = {}
             timings: dict[str, Timings] = {}
             for mode in modes:
@@ -542,14 +559,12 @@ def run_locomo(args: argparse.Namespace, path: Path) -> dict[str, Any]:
             channels = None
             if args.variants:
                 set_mode(service, "hybrid")
+                depths = variant_depths(service, BUDGET_LIMIT, args)
                 channels = [
-                    channel_lists(service, q.text, c.sample_id, args.channel_depth)
-                    for c, q in questions
+                    channel_lists(service, q.text, c.sample_id, depths) for c, q in questions
                 ]
-            evaluation = evaluate_locomo(
-                questions, stored, lists, channels, tokens, args, service
-            )
-            latency = {m: timings[m].summary(e50, e95) for m in modes}
+            evaluation = evaluate_locomo(questions, stored, lists, channels, tokens, args, service)
+            latency = {m: timings[m].summary() for m in modes}
             result = {
                 "dataset": "locomo",
                 "path": str(path),
@@ -567,7 +582,6 @@ def run_locomo(args: argparse.Namespace, path: Path) -> dict[str, Any]:
                 "variants": evaluation["variants"],
                 "per_question": evaluation["per_question"],
                 "latency": latency,
-                "embed_query_ms": {"p50": e50, "p95": e95},
                 "rerank": rerank_note or f"reranked with {service.reranker.name}",
                 "seconds": round(time.perf_counter() - started, 1),
             }
@@ -584,7 +598,7 @@ def locomo_mode(
     stored: dict[str, Stored],
     args: argparse.Namespace,
 ) -> tuple[list[QueryLists], Timings]:
-    set_mode(service, mode)
+    set_mode(service, mode, args.rerank_top_n)
     timings = Timings()
     out: list[QueryLists] = []
     for conv, question in questions:
@@ -597,6 +611,7 @@ def locomo_mode(
             names = named_speakers(question.text, conv.speakers)
             if len(names) == 1:
                 base["entities"] = names
+        timings.embed_ms.append(time_embedding(service, question.text))
         service.cache.queries.clear()  # every timed recall embeds its query, as a new one would
         top, ms = timed_recall(service, {**base, "limit": TOP_K})
         timings.recall_ms.append(ms)
@@ -659,7 +674,7 @@ def evaluate_locomo(
     questions: Sequence[tuple[Conversation, Question]],
     stored: dict[str, Stored],
     lists: dict[str, list[QueryLists]],
-    channels: list[tuple[list[str], list[str]]] | None,
+    channels: list[Channels] | None,
     tokens: dict[str, int],
     args: argparse.Namespace,
     service: Any,
@@ -672,7 +687,7 @@ def evaluate_locomo(
     per_question: list[dict[str, Any]] = []
     for mode, results in lists.items():
         scores = Scores()
-        for (conv, question), ev, got in zip(questions, evidence, results, strict=True):
+        for (_conv, question), ev, got in zip(questions, evidence, results, strict=True):
             scores.add(question.category, ev, got.top, set(got.budgeted))
             # The service's own budget cut equals the benchmark's re-implementation of it.
             assert fit(got.long, tokens, BUDGET_TOKENS, BUDGET_LIMIT) == got.budgeted, mode
@@ -692,34 +707,68 @@ def evaluate_locomo(
     return {"modes": modes, "variants": variants, "per_question": per_question}
 
 
+def variant_depths(service: Any, long_limit: int, args: argparse.Namespace) -> list[int]:
+    """Prefetch depths the variants need: the product's for limit 10 and for the long call
+    (``max(prefetch_limit, 2 * limit)``), plus the prefetch sweep."""
+    cfg = service.settings.retrieval
+    return sorted(
+        {
+            max(cfg.prefetch_limit, 2 * TOP_K),
+            max(cfg.prefetch_limit, 2 * long_limit),
+            *args.prefetch_sweep,
+        }
+    )
+
+
+@dataclass
+class Pools:
+    """Ranked candidates of the limit-10 call and of the long call, before the limit cut."""
+
+    top: list[str]
+    long: list[str]
+
+
+def fused_pools(
+    chans: Channels,
+    weights: tuple[float, float],
+    k: int,
+    p_top: int,
+    p_long: int,
+    bm25_long: int | None = None,
+) -> Pools:
+    """What the hybrid query fuses (prefetch p per channel, 2p fused) for both calls;
+    ``bm25_long`` caps the BM25 prefetch of the long call (dense keeps ``p_long``)."""
+
+    def fuse(depth: int, bm25_depth: int) -> list[str]:
+        dense = chans[depth][0]
+        bm25 = chans[bm25_depth][1]
+        return rrf([(dense, weights[0]), (bm25, weights[1])], k, 2 * depth)
+
+    return Pools(fuse(p_top, p_top), fuse(p_long, min(bm25_long or p_long, p_long)))
+
+
 def locomo_variants(
     questions: Sequence[tuple[Conversation, Question]],
     stored: dict[str, Stored],
     lists: dict[str, list[QueryLists]],
-    channels: list[tuple[list[str], list[str]]] | None,
+    channels: list[Channels] | None,
     evidence: list[set[str]],
     tokens: dict[str, int],
     args: argparse.Namespace,
     service: Any,
 ) -> dict[str, Any]:
-    """Post-processing experiments on the lists the service returned (nothing re-stored)."""
-    if not args.variants or "hybrid" not in lists:
+    """Post-processing experiments over the same index (nothing re-stored): client-side fusion
+    with other weights / k / prefetch, then boosts and neighbour expansion on the fused pools."""
+    if channels is None:
         return {}
     cfg = service.settings.retrieval
-    hybrid = lists["hybrid"]
     neighbours = {cid: neighbour_map(s, args.neighbour_window) for cid, s in stored.items()}
     speaker_of = {mid: t.speaker for s in stored.values() for mid, t in s.turn_of.items()}
-    prefetch_top = max(cfg.prefetch_limit, 2 * TOP_K)
-    prefetch_budget = max(cfg.prefetch_limit, 2 * BUDGET_LIMIT)
+    p_top = max(cfg.prefetch_limit, 2 * TOP_K)
+    p_long = max(cfg.prefetch_limit, 2 * BUDGET_LIMIT)
+    base = [fused_pools(ch, (1.0, 1.0), cfg.rrf_k, p_top, p_long) for ch in channels]
 
-    def fused(i: int, weights: tuple[float, float], k: int, p_top: int, p_long: int) -> QueryLists:
-        assert channels is not None
-        dense, bm25 = channels[i]
-        top = rrf([(dense, weights[0]), (bm25, weights[1])], k, p_top, 2 * p_top)[:TOP_K]
-        long = rrf([(dense, weights[0]), (bm25, weights[1])], k, p_long, 2 * p_long)
-        return QueryLists(top, [], long[:BUDGET_LIMIT])
-
-    def with_neighbours(ql: QueryLists, conv: Conversation, triggers: int, decay: float) -> QueryLists:
+    def with_neighbours(pools: Pools, conv: Conversation, triggers: int, decay: float) -> Pools:
         near = neighbours[conv.sample_id]
 
         def expand(ranked: Sequence[str]) -> list[str]:
@@ -727,59 +776,94 @@ def locomo_variants(
                 ranked, lambda m: near.get(m, []), triggers=triggers, decay=decay
             )
 
-        return QueryLists(expand(ql.top)[:TOP_K], [], expand(ql.long)[:BUDGET_LIMIT])
+        return Pools(expand(pools.top), expand(pools.long))
 
-    def with_speaker(ql: QueryLists, conv: Conversation, q: Question, factor: float) -> QueryLists:
+    def with_speaker(pools: Pools, conv: Conversation, q: Question, factor: float) -> Pools:
         names = set(named_speakers(q.text, conv.speakers))
         if len(names) != 1:
-            return ql
-        boosted = {m for m in set(ql.top) | set(ql.long) if speaker_of.get(m) in names}
-        top = boost_speaker(ql.top, boosted, factor, cfg.fused_base_k)
-        long = boost_speaker(ql.long, boosted, factor, cfg.fused_base_k)
-        return QueryLists(top, [], long)
-
-    recipes: dict[str, Callable[[int, Conversation, Question], QueryLists]] = {}
-    if channels is not None:
-        recipes["client RRF 1:1 k60 (= product hybrid)"] = lambda i, c, q: fused(
-            i, (1.0, 1.0), cfg.rrf_k, prefetch_top, prefetch_budget
+            return pools
+        boosted = {m for m in {*pools.top, *pools.long} if speaker_of.get(m) in names}
+        return Pools(
+            boost_speaker(pools.top, boosted, factor, cfg.fused_base_k),
+            boost_speaker(pools.long, boosted, factor, cfg.fused_base_k),
         )
-        for wd, wb in args.rrf_weights:
-            recipes[f"RRF weights dense {wd:g} : bm25 {wb:g}"] = (
-                lambda i, c, q, w=(wd, wb): fused(i, w, cfg.rrf_k, prefetch_top, prefetch_budget)
+
+    def combo(i: int, conv: Conversation, q: Question, spec: str) -> Pools:
+        """ "k=10,w=1:1.5,speaker=2,nb=20:0.6": fusion first, then boost, then neighbours."""
+        steps = dict(part.split("=", 1) for part in spec.split(",") if part)
+        weights = pairs(steps.get("w", "1:1"))[0]
+        k = int(steps.get("k", cfg.rrf_k))
+        bm25_long = int(steps["bd"]) if "bd" in steps else None
+        pools = fused_pools(channels[i], weights, k, p_top, p_long, bm25_long)
+        if "speaker" in steps:
+            pools = with_speaker(pools, conv, q, float(steps["speaker"]))
+        if "nb" in steps:
+            triggers, decay = neighbour_settings(steps["nb"])[0]
+            pools = with_neighbours(pools, conv, triggers, decay)
+        return pools
+
+    Recipe = Callable[[int, Conversation, Question], Pools]
+    recipes: dict[str, Recipe] = {
+        "client RRF 1:1 k60 (= product hybrid)": lambda i, c, q: base[i],
+        "channel: dense only": lambda i, c, q: Pools(channels[i][p_top][0], channels[i][p_long][0]),
+        "channel: bm25 only": lambda i, c, q: Pools(channels[i][p_top][1], channels[i][p_long][1]),
+    }
+    for spec in args.combos:
+        recipes[f"combo: {spec}"] = lambda i, c, q, spec=spec: combo(i, c, q, spec)
+    for n in args.oracle_rerank:
+        recipes[f"oracle: perfect rerank of the fused top {n} (upper bound)"] = (
+            lambda i, c, q, n=n: Pools(
+                oracle(base[i].top, evidence[i], n), oracle(base[i].long, evidence[i], n)
             )
-        for k in args.rrf_ks:
-            recipes[f"RRF k={k}"] = lambda i, c, q, k=k: fused(
-                i, (1.0, 1.0), k, prefetch_top, prefetch_budget
-            )
-        for p in args.prefetch_sweep:
-            recipes[f"prefetch {p} (top-10 call), budget call unchanged"] = (
-                lambda i, c, q, p=p: fused(i, (1.0, 1.0), cfg.rrf_k, p, prefetch_budget)
-            )
+        )
+    for wd, wb in args.rrf_weights:
+        recipes[f"RRF weights dense {wd:g} : bm25 {wb:g}"] = lambda i, c, q, w=(wd, wb): (
+            fused_pools(channels[i], w, cfg.rrf_k, p_top, p_long)
+        )
+    for k in args.rrf_ks:
+        recipes[f"RRF k={k}"] = lambda i, c, q, k=k: fused_pools(
+            channels[i], (1.0, 1.0), k, p_top, p_long
+        )
+    for p in args.prefetch_sweep:
+        recipes[f"prefetch {p} for the limit-10 call"] = lambda i, c, q, p=p: fused_pools(
+            channels[i], (1.0, 1.0), cfg.rrf_k, p, p_long
+        )
+    for p in args.prefetch_sweep:
+        recipes[f"BM25 prefetch {p} for the long call (dense keeps {p_long})"] = (
+            lambda i, c, q, p=p: fused_pools(channels[i], (1.0, 1.0), cfg.rrf_k, p_top, p_long, p)
+        )
     for triggers, decay in args.neighbour_settings:
         recipes[f"neighbours +-{args.neighbour_window} of top {triggers}, decay {decay:g}"] = (
-            lambda i, c, q, t=triggers, d=decay: with_neighbours(hybrid[i], c, t, d)
+            lambda i, c, q, t=triggers, d=decay: with_neighbours(base[i], c, t, d)
         )
     for factor in args.speaker_boosts:
-        recipes[f"speaker boost x{factor:g}"] = (
-            lambda i, c, q, f=factor: with_speaker(hybrid[i], c, q, f)
+        recipes[f"speaker boost x{factor:g}"] = lambda i, c, q, f=factor: with_speaker(
+            base[i], c, q, f
         )
-    for factor in args.speaker_boosts:
-        for triggers, decay in args.neighbour_settings:
-            name = (
-                f"speaker boost x{factor:g} + neighbours +-{args.neighbour_window} of top "
-                f"{triggers}, decay {decay:g}"
-            )
-            recipes[name] = lambda i, c, q, f=factor, t=triggers, d=decay: with_neighbours(
-                with_speaker(hybrid[i], c, q, f), c, t, d
-            )
     out: dict[str, Any] = {}
     for name, recipe in recipes.items():
         scores = Scores()
         for i, ((conv, question), ev) in enumerate(zip(questions, evidence, strict=True)):
-            ql = recipe(i, conv, question)
-            budget = set(fit(ql.long, tokens, BUDGET_TOKENS, BUDGET_LIMIT))
-            scores.add(question.category, ev, ql.top, budget)
+            pools = recipe(i, conv, question)
+            budget = set(fit(pools.long, tokens, BUDGET_TOKENS, BUDGET_LIMIT))
+            scores.add(question.category, ev, pools.top[:TOP_K], budget)
         out[name] = scores.table()
+    agree = (
+        [
+            (
+                base[i].top[:TOP_K] == lists["hybrid"][i].top,
+                base[i].long[:BUDGET_LIMIT] == lists["hybrid"][i].long,
+            )
+            for i in range(len(base))
+        ]
+        if "hybrid" in lists
+        else []
+    )
+    if agree:
+        out["_fidelity"] = {
+            "identical_top10_lists": sum(a for a, _ in agree) / len(agree),
+            "identical_long_lists": sum(b for _, b in agree) / len(agree),
+        }
     return out
 
 
@@ -810,35 +894,42 @@ def run_beir(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
             doc_of = {mid: did for did, mid in memory_of.items()}
             modes, rerank_note = modes_to_run(service, args.modes)
             qids = sorted(data.queries)
-            embed_ms = time_embedding(service, [data.queries[q] for q in qids])
-            e50, e95 = percentile(embed_ms, 50), percentile(embed_ms, 95)
+            service.embedder.embed_query("warm-up")
             table: dict[str, Any] = {}
             latency: dict[str, Any] = {}
             lists: dict[str, list[tuple[list[str], list[str]]]] = {}
             for mode in modes:
-                set_mode(service, mode)
+                set_mode(service, mode, args.rerank_top_n)
                 timings = Timings()
                 got: list[tuple[list[str], list[str]]] = []
                 for qid in qids:
-                    base = {"query": data.queries[qid], "namespace": namespace,
-                            "include_stale": True}
+                    base = {
+                        "query": data.queries[qid],
+                        "namespace": namespace,
+                        "include_stale": True,
+                    }
+                    timings.embed_ms.append(time_embedding(service, data.queries[qid]))
                     service.cache.queries.clear()
                     top, ms = timed_recall(service, {**base, "limit": TOP_K})
                     timings.recall_ms.append(ms)
                     deep, ms = timed_recall(service, {**base, "limit": BEIR_DEPTH})
                     timings.budget_ms.append(ms)
                     got.append(
-                        ([doc_of[r["id"]] for r in top["results"]],
-                         [doc_of[r["id"]] for r in deep["results"]])
+                        (
+                            [doc_of[r["id"]] for r in top["results"]],
+                            [doc_of[r["id"]] for r in deep["results"]],
+                        )
                     )
                 lists[mode] = got
                 table[mode] = beir_scores(qids, data.qrels, got)
-                latency[mode] = timings.summary(e50, e95)
+                latency[mode] = timings.summary()
                 print(f"  mode {mode}: done", file=sys.stderr)
             variants: dict[str, Any] = {}
             if args.variants:
                 set_mode(service, "hybrid")
-                variants = beir_variants(service, data, qids, namespace, doc_of, args)
+                variants = beir_variants(
+                    service, data, qids, namespace, doc_of, args, lists.get("hybrid")
+                )
             result = {
                 "dataset": "beir",
                 "path": str(directory),
@@ -848,7 +939,6 @@ def run_beir(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
                 "modes": table,
                 "variants": variants,
                 "latency": latency,
-                "embed_query_ms": {"p50": e50, "p95": e95},
                 "rerank": rerank_note or f"reranked with {service.reranker.name}",
                 "seconds": round(time.perf_counter() - started, 1),
             }
@@ -866,8 +956,14 @@ def ingest_beir(
     for did, text in data.corpus.items():
         content, cut = truncate_to_context(service, text)
         truncated += cut
-        items.append({"type": "episodic", "content": content, "namespace": namespace,
-                      "source": f"beir:{did}"})
+        items.append(
+            {
+                "type": "episodic",
+                "content": content,
+                "namespace": namespace,
+                "source": f"beir:{did}",
+            }
+        )
         ids.append(did)
     prep = time.perf_counter() - start
     results = service.store_many(items, batch=args.batch)
@@ -877,9 +973,14 @@ def ingest_beir(
     for did, result in zip(ids, results, strict=True):
         if "error" in result:
             error = result["error"]
-            rejected.append({"doc": did, "code": error.get("code"),
-                             "duplicate_of": error.get("existing_id"),
-                             "similarity": error.get("similarity")})
+            rejected.append(
+                {
+                    "doc": did,
+                    "code": error.get("code"),
+                    "duplicate_of": error.get("existing_id"),
+                    "similarity": error.get("similarity"),
+                }
+            )
             continue
         memory_of[did] = result["id"]
     relevant = {d for rel in data.qrels.values() for d in rel}
@@ -916,10 +1017,14 @@ def recall_at(ranked: Sequence[str], relevant: dict[str, int], k: int) -> float:
 
 
 def beir_scores(
-    qids: Sequence[str], qrels: dict[str, dict[str, int]], got: Sequence[tuple[list[str], list[str]]]
+    qids: Sequence[str],
+    qrels: dict[str, dict[str, int]],
+    got: Sequence[tuple[list[str], list[str]]],
 ) -> dict[str, float]:
     return {
-        "ndcg@10": mean(ndcg_at(top, qrels[q], TOP_K) for q, (top, _) in zip(qids, got, strict=True)),
+        "ndcg@10": mean(
+            ndcg_at(top, qrels[q], TOP_K) for q, (top, _) in zip(qids, got, strict=True)
+        ),
         "recall@100": mean(
             recall_at(deep, qrels[q], BEIR_DEPTH) for q, (_, deep) in zip(qids, got, strict=True)
         ),
@@ -933,30 +1038,93 @@ def beir_variants(
     namespace: str,
     doc_of: dict[str, str],
     args: argparse.Namespace,
+    product: Sequence[tuple[list[str], list[str]]] | None,
 ) -> dict[str, Any]:
+    """Client-side fusion over the same index (weights, k, prefetch); no re-store."""
     cfg = service.settings.retrieval
-    chans = [channel_lists(service, data.queries[q], namespace, args.channel_depth) for q in qids]
+    depths = variant_depths(service, BEIR_DEPTH, args)
+    chans = [channel_lists(service, data.queries[q], namespace, depths) for q in qids]
     p_top = max(cfg.prefetch_limit, 2 * TOP_K)
     p_deep = max(cfg.prefetch_limit, 2 * BEIR_DEPTH)
 
-    def run(weights: tuple[float, float], k: int, p1: int, p2: int) -> dict[str, float]:
+    def lists(
+        weights: tuple[float, float], k: int, p1: int, bm25_deep: int | None = None
+    ) -> list[tuple[list[str], list[str]]]:
         got = []
-        for dense, bm25 in chans:
-            pair = [(dense, weights[0]), (bm25, weights[1])]
-            top = rrf(pair, k, p1, 2 * p1)[:TOP_K]
-            deep = rrf(pair, k, p2, 2 * p2)[:BEIR_DEPTH]
-            got.append(([doc_of[m] for m in top], [doc_of[m] for m in deep]))
-        return beir_scores(qids, data.qrels, got)
+        for ch in chans:
+            pools = fused_pools(ch, weights, k, p1, p_deep, bm25_deep)
+            got.append(
+                (
+                    [doc_of[m] for m in pools.top[:TOP_K]],
+                    [doc_of[m] for m in pools.long[:BEIR_DEPTH]],
+                )
+            )
+        return got
 
-    out = {"client RRF 1:1 k60 (= product hybrid)": run((1.0, 1.0), cfg.rrf_k, p_top, p_deep)}
-    for wd, wb in args.rrf_weights:
-        out[f"RRF weights dense {wd:g} : bm25 {wb:g}"] = run((wd, wb), cfg.rrf_k, p_top, p_deep)
-    for k in args.rrf_ks:
-        out[f"RRF k={k}"] = run((1.0, 1.0), k, p_top, p_deep)
-    for p in args.prefetch_sweep:
-        out[f"prefetch {p} (top-10 call), budget call unchanged"] = run(
-            (1.0, 1.0), cfg.rrf_k, p, p_deep
+    def run(weights: tuple[float, float], k: int, p1: int) -> dict[str, float]:
+        return beir_scores(qids, data.qrels, lists(weights, k, p1))
+
+    base = lists((1.0, 1.0), cfg.rrf_k, p_top)
+    base_full = []
+    for ch in chans:
+        pools = fused_pools(ch, (1.0, 1.0), cfg.rrf_k, p_top, p_deep)
+        base_full.append(
+            ([doc_of[m] for m in pools.top], [doc_of[m] for m in pools.long[:BEIR_DEPTH]])
         )
+    out: dict[str, Any] = {
+        "client RRF 1:1 k60 (= product hybrid)": beir_scores(qids, data.qrels, base)
+    }
+    out["channel: dense only"] = beir_scores(
+        qids,
+        data.qrels,
+        [
+            ([doc_of[m] for m in ch[p_top][0][:TOP_K]], [doc_of[m] for m in ch[p_deep][0]])
+            for ch in chans
+        ],
+    )
+    out["channel: bm25 only"] = beir_scores(
+        qids,
+        data.qrels,
+        [
+            ([doc_of[m] for m in ch[p_top][1][:TOP_K]], [doc_of[m] for m in ch[p_deep][1]])
+            for ch in chans
+        ],
+    )
+    for n in args.oracle_rerank:
+        out[f"oracle: perfect rerank of the fused top {n} (upper bound)"] = beir_scores(
+            qids,
+            data.qrels,
+            [
+                (oracle(top_long[0], data.qrels[q], n)[:TOP_K], top_long[1])
+                for q, top_long in zip(qids, base_full, strict=True)
+            ],
+        )
+    for wd, wb in args.rrf_weights:
+        out[f"RRF weights dense {wd:g} : bm25 {wb:g}"] = run((wd, wb), cfg.rrf_k, p_top)
+    for k in args.rrf_ks:
+        out[f"RRF k={k}"] = run((1.0, 1.0), k, p_top)
+    for p in args.prefetch_sweep:
+        out[f"prefetch {p} for the limit-10 call"] = run((1.0, 1.0), cfg.rrf_k, p)
+    for p in args.prefetch_sweep:
+        name = f"BM25 prefetch {p} for the long call (dense keeps {p_deep})"
+        out[name] = beir_scores(qids, data.qrels, lists((1.0, 1.0), cfg.rrf_k, p_top, p))
+    for spec in args.combos:
+        steps = dict(part.split("=", 1) for part in spec.split(",") if part)
+        weights = pairs(steps.get("w", "1:1"))[0]
+        k = int(steps.get("k", cfg.rrf_k))
+        bm25_deep = int(steps["bd"]) if "bd" in steps else None
+        out[f"combo: {spec} (fusion steps only)"] = beir_scores(
+            qids, data.qrels, lists(weights, k, p_top, bm25_deep)
+        )
+    if product is not None:
+        out["_fidelity"] = {
+            "identical_top10_lists": mean(
+                float(a[0] == b[0]) for a, b in zip(base, product, strict=True)
+            ),
+            "identical_long_lists": mean(
+                float(a[1] == b[1]) for a, b in zip(base, product, strict=True)
+            ),
+        }
     return out
 
 
@@ -1021,7 +1189,10 @@ def git_commit() -> str | None:
     try:
         out = subprocess.run(
             ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-            capture_output=True, text=True, check=False, timeout=5,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=5,
         )
         return out.stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
@@ -1029,8 +1200,10 @@ def git_commit() -> str | None:
 
 
 def fmt(value: float) -> str:
-    return "  -  " if value is None or (isinstance(value, float) and math.isnan(value)) else (
-        f"{value:.3f}"
+    return (
+        "  -  "
+        if value is None or (isinstance(value, float) and math.isnan(value))
+        else (f"{value:.3f}")
     )
 
 
@@ -1049,22 +1222,29 @@ def print_locomo(result: dict[str, Any]) -> None:
     counts = result["modes"][next(iter(result["modes"]))] if result["modes"] else {}
     print(f"{'(questions)':<26}" + "".join(f"{counts.get(n, {}).get('n', 0):>13}" for n in names))
     for mode, table in result["modes"].items():
-        for metric, label in (("recall@5", "R@5"), ("recall@10", "R@10"),
-                              ("all_evidence_4k", "all@4k")):
+        for metric, label in (
+            ("recall@5", "R@5"),
+            ("recall@10", "R@10"),
+            ("all_evidence_4k", "all@4k"),
+        ):
             first = mode if metric == "recall@5" else ""
-            print(f"{first:<16}{label:<10}" + "".join(f"{fmt(table[n][metric]):>13}" for n in names))
+            print(
+                f"{first:<16}{label:<10}" + "".join(f"{fmt(table[n][metric]):>13}" for n in names)
+            )
     if result["rerank"].startswith("n/a"):
         print(f"{RERANK_MODE:<16}{result['rerank']}")
     print_latency(result)
     if result["variants"]:
-        print("\nvariants (post-processing of the same stored data; overall, and R@10 per category)")
+        print(
+            "\nvariants (post-processing of the same stored data; overall, and R@10 per category)"
+        )
         head = f"{'variant':<72}{'R@5':>7}{'R@10':>7}{'all@4k':>8}" + "".join(
             f"{n[:9]:>10}" for n in CATEGORIES.values()
         )
         print(head)
-        rows = [("product hybrid", result["modes"].get("hybrid"))] + list(result["variants"].items())
+        rows = [("product hybrid", result["modes"].get("hybrid")), *result["variants"].items()]
         for name, table in rows:
-            if table is None:
+            if table is None or name.startswith("_"):
                 continue
             overall = table["overall"]
             print(
@@ -1072,22 +1252,36 @@ def print_locomo(result: dict[str, Any]) -> None:
                 f"{fmt(overall['all_evidence_4k']):>8}"
                 + "".join(f"{fmt(table[n]['recall@10']):>10}" for n in CATEGORIES.values())
             )
+        print_fidelity(result["variants"])
+
+
+def print_fidelity(variants: dict[str, Any]) -> None:
+    fidelity = variants.get("_fidelity")
+    if fidelity:
+        print(
+            "client-side fusion reproduces the product's hybrid lists for "
+            f"{fidelity['identical_top10_lists']:.1%} of limit-10 calls and "
+            f"{fidelity['identical_long_lists']:.1%} of long calls"
+        )
 
 
 def print_latency(result: dict[str, Any]) -> None:
-    embed = result["embed_query_ms"]
+    long_call = "limit 200 + 4k budget" if result["dataset"] == "locomo" else "limit 100"
     print(
-        f"\nlatency per recall (ms; includes embedding the query). Embedding model alone: "
-        f"p50 {embed['p50']:.1f} ms, p95 {embed['p95']:.1f} ms"
+        "\nlatency (ms). recall = limit 10, embedding the query included; embed = the model alone "
+        "on the same query just before;\nlong = the "
+        f"{long_call} call (query embedding cached)"
     )
-    second = "limit 200 + 4k budget" if result["dataset"] == "locomo" else "limit 100"
-    print(f"{'mode':<16}{'p50':>8}{'p95':>8}{'p50/embed':>11}{'p95/embed':>11}   "
-          f"{second} (query embedding cached): p50 / p95")
+    print(
+        f"{'mode':<16}{'embed p50':>10}{'p95':>7}{'recall p50':>12}{'p95':>7}"
+        f"{'p50/embed':>11}{'p95/embed':>11}{'long p50':>10}{'p95':>7}"
+    )
     for mode, lat in result["latency"].items():
         print(
-            f"{mode:<16}{lat['recall_p50_ms']:>8.1f}{lat['recall_p95_ms']:>8.1f}"
-            f"{lat['recall_p50_x_embed']:>10.2f}x{lat['recall_p95_x_embed']:>10.2f}x   "
-            f"{lat['budget_recall_p50_ms']:.1f} / {lat['budget_recall_p95_ms']:.1f}"
+            f"{mode:<16}{lat['embed_p50_ms']:>10.1f}{lat['embed_p95_ms']:>7.1f}"
+            f"{lat['recall_p50_ms']:>12.1f}{lat['recall_p95_ms']:>7.1f}"
+            f"{lat['recall_p50_x_embed']:>10.2f}x{lat['recall_p95_x_embed']:>10.2f}x"
+            f"{lat['long_recall_p50_ms']:>10.1f}{lat['long_recall_p95_ms']:>7.1f}"
         )
 
 
@@ -1095,9 +1289,10 @@ def print_beir(result: dict[str, Any]) -> None:
     ingest = result["ingest"]
     print(
         f"\nBEIR {Path(result['path']).name} (split {result['split']}): {result['queries']} "
-        f"queries, {ingest['stored']}/{ingest['documents']} documents stored ({ingest['truncated']} "
-        f"truncated to the context window; rejected: {ingest['rejected'] or 0}, relevant among "
-        f"them: {len(ingest['relevant_documents_rejected'])})"
+        f"queries, {ingest['stored']}/{ingest['documents']} documents stored "
+        f"({ingest['truncated']} truncated to the context window; "
+        f"rejected: {ingest['rejected'] or 0}, relevant among them: "
+        f"{len(ingest['relevant_documents_rejected'])})"
     )
     print(f"{'mode':<16}{'nDCG@10':>9}{'R@100':>9}{'p50 ms':>9}{'p95 ms':>9}{'p50/embed':>11}")
     for mode, scores in result["modes"].items():
@@ -1113,7 +1308,10 @@ def print_beir(result: dict[str, Any]) -> None:
     if result["variants"]:
         print("\nvariants (client-side fusion over the same index)")
         for name, scores in result["variants"].items():
+            if name.startswith("_"):
+                continue
             print(f"{name[:60]:<61}{scores['ndcg@10']:>9.3f}{scores['recall@100']:>9.3f}")
+        print_fidelity(result["variants"])
 
 
 def write_json(result: dict[str, Any], out_dir: Path, label: str | None) -> Path:
@@ -1130,7 +1328,7 @@ def write_json(result: dict[str, Any], out_dir: Path, label: str | None) -> Path
 
 
 def pairs(value: str) -> list[tuple[float, float]]:
-    """"1:1,1:2" -> [(1, 1), (1, 2)]."""
+    """ "1:1,1:2" -> [(1, 1), (1, 2)]."""
     out = []
     for item in filter(None, value.split(",")):
         left, _, right = item.partition(":")
@@ -1139,7 +1337,7 @@ def pairs(value: str) -> list[tuple[float, float]]:
 
 
 def neighbour_settings(value: str) -> list[tuple[int, float]]:
-    """"20:0.6,10:0.9" -> [(20, 0.6), (10, 0.9)] (triggers : decay)."""
+    """ "20:0.6,10:0.9" -> [(20, 0.6), (10, 0.9)] (triggers : decay)."""
     return [(int(t), d) for t, d in pairs(value)]
 
 
@@ -1157,43 +1355,95 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--beir", nargs="?", const=DEFAULT_BEIR, type=Path, metavar="DIR")
     parser.add_argument("--limit-conversations", type=int, default=None)
     parser.add_argument("--split", default="train", help="BEIR qrels split (default train)")
-    parser.add_argument("--modes", type=lambda v: v.split(","), default=list(PRODUCT_MODES),
-                        help="comma list of dense,bm25,hybrid (default all)")
+    parser.add_argument(
+        "--modes",
+        type=lambda v: v.split(","),
+        default=list(PRODUCT_MODES),
+        help="comma list of dense,bm25,hybrid (default all)",
+    )
     parser.add_argument("--model-tier", default="small")
-    parser.add_argument("--models-dir", type=Path, default=None,
-                        help="model cache to reuse (default: inside the temporary data dir)")
-    parser.add_argument("--reranker-path", type=Path, default=None,
-                        help="local ONNX cross-encoder: adds the hybrid+rerank mode")
-    parser.add_argument("--try-reranker", action="store_true",
-                        help="try the default reranker tier from the model cache")
+    parser.add_argument(
+        "--models-dir",
+        type=Path,
+        default=None,
+        help="model cache to reuse (default: inside the temporary data dir)",
+    )
+    parser.add_argument(
+        "--reranker-path",
+        type=Path,
+        default=None,
+        help="local ONNX cross-encoder: adds the hybrid+rerank mode",
+    )
+    parser.add_argument(
+        "--try-reranker",
+        action="store_true",
+        help="try the default reranker tier from the model cache",
+    )
     parser.add_argument("--batch", type=int, default=256, help="store_many batch size")
     parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument("--label", default=None, help="suffix for the JSON file name")
-    parser.add_argument("--optimize", action="store_true",
-                        help="run the index optimizer after ingestion (as `ferrex rebuild-index`)")
+    parser.add_argument(
+        "--optimize",
+        action="store_true",
+        help="run the index optimizer after ingestion (as `ferrex rebuild-index`)",
+    )
     exp = parser.add_argument_group("experiments (see bench/RESULTS.md)")
-    exp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                     help="settings override, e.g. retrieval.prefetch_limit=50 (repeatable)")
-    exp.add_argument("--content-format", choices=["plain", "dated"], default="plain",
-                     help='LoCoMo content: "speaker: text" (plain) or "[date] speaker: text"')
-    exp.add_argument("--captions", action="store_true",
-                     help="append the image caption (blip_caption) to turns that share a photo")
-    exp.add_argument("--bm25-avg-len", type=float, default=None,
-                     help="Bm25Encoder(avg_len=...) for documents and queries (default: 256)")
-    exp.add_argument("--speaker-entities", action="store_true",
-                     help="store each LoCoMo turn with entities=[speaker]")
-    exp.add_argument("--entity-filter", action="store_true",
-                     help="recall with entities=[name] when the question names one speaker "
-                     "(needs --speaker-entities)")
-    exp.add_argument("--variants", action="store_true",
-                     help="also score post-processing variants (fusion, neighbours, boosts)")
-    exp.add_argument("--channel-depth", type=int, default=400)
+    exp.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="settings override, e.g. retrieval.prefetch_limit=50 (repeatable)",
+    )
+    exp.add_argument(
+        "--content-format",
+        choices=["plain", "dated"],
+        default="plain",
+        help='LoCoMo content: "speaker: text" (plain) or "[date] speaker: text"',
+    )
+    exp.add_argument(
+        "--captions",
+        action="store_true",
+        help="append the image caption (blip_caption) to turns that share a photo",
+    )
+    exp.add_argument(
+        "--bm25-avg-len",
+        type=float,
+        default=None,
+        help="Bm25Encoder(avg_len=...) for documents and queries (default: 256)",
+    )
+    exp.add_argument(
+        "--speaker-entities",
+        action="store_true",
+        help="store each LoCoMo turn with entities=[speaker]",
+    )
+    exp.add_argument(
+        "--entity-filter",
+        action="store_true",
+        help="recall with entities=[name] when the question names one speaker "
+        "(needs --speaker-entities)",
+    )
+    exp.add_argument(
+        "--variants",
+        action="store_true",
+        help="also score post-processing variants (fusion, neighbours, boosts)",
+    )
     exp.add_argument("--rrf-weights", type=pairs, default=pairs("1:1.5,1.5:1,1:2,2:1"))
     exp.add_argument("--rrf-ks", type=numbers(int), default=[10, 30, 120])
     exp.add_argument("--prefetch-sweep", type=numbers(int), default=[50, 100, 200])
     exp.add_argument("--neighbour-window", type=int, default=1)
-    exp.add_argument("--neighbour-settings", type=neighbour_settings,
-                     default=neighbour_settings("20:0.6,20:0.8,10:0.9,50:0.6"))
+    exp.add_argument(
+        "--neighbour-settings",
+        type=neighbour_settings,
+        default=neighbour_settings("20:0.6,20:0.8,10:0.9,50:0.6"),
+    )
+    exp.add_argument(
+        "--combos",
+        type=lambda v: [c.strip() for c in v.split(";") if c.strip()],
+        default=[],
+        help='";"-separated combinations, e.g. "k=10,speaker=2,nb=20:0.6;k=10,w=1:1.5"',
+    )
+    exp.add_argument("--oracle-rerank", type=numbers(int), default=[20, 50])
     exp.add_argument("--speaker-boosts", type=numbers(float), default=[1.2, 1.5, 2.0])
     args = parser.parse_args(argv)
     if args.dataset == "locomo":

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 from rapidfuzz import fuzz
+from tests.conftest import ServiceFactory
 
 from ferrex.core.clock import to_iso
 from ferrex.core.conflict import (
@@ -32,7 +33,6 @@ from ferrex.core.errors import FerrexError
 from ferrex.core.memory import Memory, MemoryType
 from ferrex.core.service import MemoryService
 from ferrex.embed.embedder import FastEmbedEmbedder
-from tests.conftest import ServiceFactory
 
 T0 = datetime(2026, 4, 10, 12, 0, tzinfo=UTC)
 JAN = datetime(2026, 1, 15, tzinfo=UTC)
@@ -462,7 +462,7 @@ def test_explicit_multi_valued_flag(clocked: tuple[MemoryService, Clock]) -> Non
     assert all(m.multi_valued for m in rows.values())
 
 
-# --------------------------------------------------------------------------- service: contradictions
+# ------------------------------------------------------------------- service: contradictions
 
 
 def test_lower_confidence_fact_is_a_flagged_contradiction(
@@ -494,9 +494,9 @@ def test_contradiction_flag_names_facts_outside_the_result_page(
     strong = service.store(fact("api-server", "uses", "tokio 1.38", confidence=0.95))
     weak = service.store(fact("api-server", "uses", "tokio 1.40", confidence=0.5))
     service.store({"content": "unrelated note about the office coffee machine"})
-    results = service.recall(
-        {"query": "api-server tokio", "limit": 1, "types": ["semantic"]}
-    )["results"]
+    results = service.recall({"query": "api-server tokio", "limit": 1, "types": ["semantic"]})[
+        "results"
+    ]
     [only] = results
     other = weak["id"] if only["id"] == strong["id"] else strong["id"]
     assert only["contradiction"] is True and only["contradicts"] == [other]
@@ -538,10 +538,37 @@ def test_subject_listed_among_entities_is_still_the_subject(
     clocked: tuple[MemoryService, Clock],
 ) -> None:
     service, _ = clocked
-    old = service.store(
-        fact("api-server", "uses", "tokio 1.36", entities=["tokio", "api-server"])
-    )
+    old = service.store(fact("api-server", "uses", "tokio 1.36", entities=["tokio", "api-server"]))
     new = service.store(fact("api-server", "uses", "tokio 1.38", entities=["tokio"]))
     assert new["status"] == "superseded" and new["superseded"] == [old["id"]]
     rows = semantic_rows(service)
     assert rows[old["id"]].subject_entity_id == rows[new["id"]].subject_entity_id
+
+
+def test_bulk_ingestion_resolves_conflicts_in_order(clocked: tuple[MemoryService, Clock]) -> None:
+    service, _ = clocked
+    old, new = service.store_many(
+        [
+            fact("api-server", "uses", "tokio 1.36", t_valid=iso(JAN)),
+            fact("api-server", "depends-on", "tokio 1.38", t_valid=iso(APR)),
+        ]
+    )
+    assert new["status"] == "superseded" and new["superseded"] == [old["id"]]
+    assert recall_ids(service, query="api-server tokio") == {new["id"]}
+    assert recall_ids(service, query="api-server tokio", as_of=iso(MAR)) == {old["id"]}
+
+
+def test_entities_named_with_a_duplicate_fact_join_the_kept_fact(
+    clocked: tuple[MemoryService, Clock],
+) -> None:
+    service, _ = clocked
+    kept = service.store(fact("api-server", "uses", "tokio", entities=["tokio"]))
+    again = service.store(fact("api-server", "uses", "tokio", entities=["async runtime"]))
+    assert again["status"] == "duplicate"
+    # The kept fact's index payload was refreshed: it must still be a current fact.
+    assert [r["id"] for r in service.recall({"query": "api-server"})["results"]] == [kept["id"]]
+    found = service.recall({"query": "api-server", "entities": ["async runtime"]})["results"]
+    assert [r["id"] for r in found] == [kept["id"]]
+    assert sorted(found[0]["entities"]) == ["api-server", "async runtime", "tokio"]
+    entity_ids = [e["id"] for e in service.meta.entities_of_namespace("default")]
+    assert len(entity_ids) == 3 and service.meta.orphan_entities(entity_ids) == []

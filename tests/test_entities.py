@@ -42,7 +42,9 @@ def meta(tmp_path: Path) -> MetadataStore:
     store.close()
 
 
-def resolver(meta: MetadataStore, embedder: FastEmbedEmbedder, **thresholds: float) -> EntityResolver:
+def resolver(
+    meta: MetadataStore, embedder: FastEmbedEmbedder, **thresholds: float
+) -> EntityResolver:
     return EntityResolver(meta, embedder.embed_documents, **thresholds)
 
 
@@ -223,7 +225,8 @@ def test_store_merges_variants_and_recall_filters_through_aliases(service: Memor
         found = service.recall({"query": "tokio", "entities": [name], "limit": 10})
         assert memory_ids(found) == expected, name
     result = next(
-        r for r in service.recall({"query": "executor", "entities": ["tokio"]})["results"]
+        r
+        for r in service.recall({"query": "executor", "entities": ["tokio"]})["results"]
         if r["id"] == runtime["id"]
     )
     assert result["entities"] == ["Tokio"]  # the canonical display name
@@ -231,10 +234,15 @@ def test_store_merges_variants_and_recall_filters_through_aliases(service: Memor
 
 def test_embedding_alias_through_the_service(service: MemoryService) -> None:
     first, second = EMBEDDING_PAIR
-    a = service.store({"content": "the deployment pipeline runs on every merge", "entities": [first]})
+    a = service.store(
+        {"content": "the deployment pipeline runs on every merge", "entities": [first]}
+    )
     b = service.store({"content": "nightly job rebuilds caches", "entities": [second]})
-    assert b["entities"][0] == {"name": second, "entity_id": a["entities"][0]["entity_id"],
-                                "resolved_by": "embedding"}
+    assert b["entities"][0] == {
+        "name": second,
+        "entity_id": a["entities"][0]["entity_id"],
+        "resolved_by": "embedding",
+    }
     found = service.recall({"query": "pipeline", "entities": [second], "limit": 10})
     assert memory_ids(found) == {a["id"], b["id"]}
 
@@ -256,7 +264,9 @@ def test_entity_rows_are_per_namespace(service: MemoryService) -> None:
     a = service.store({"content": "tokio in project a", "entities": ["tokio"], "namespace": "a"})
     b = service.store({"content": "tokio in project b", "entities": ["Tokio"], "namespace": "b"})
     service.store({"content": "postgres in project a", "entities": ["postgres"], "namespace": "a"})
-    service.store({"content": "postgresql alias in a", "entities": ["postgresql"], "namespace": "a"})
+    service.store(
+        {"content": "postgresql alias in a", "entities": ["postgresql"], "namespace": "a"}
+    )
     assert a["entities"][0]["entity_id"] != b["entities"][0]["entity_id"]
     assert b["entities"][0]["resolved_by"] == "new"
     assert service.meta.count_entities("a") == 2

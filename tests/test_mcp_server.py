@@ -216,3 +216,79 @@ def test_closed_qdrant_port_fails_fast_with_exact_message(tmp_path: Path) -> Non
     assert process.stderr.strip().splitlines()[-1] == f"error: cannot connect to Qdrant at {url} — is it running?"
     assert elapsed < 3.5
     assert process.stdout == ""
+
+
+def _spawn(data: Path, models_dir: Path) -> subprocess.Popen[str]:
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(data.parent),
+        "FERREX_HOME": str(data),
+        "FERREX_MODELS_DIR": str(models_dir),
+        "FERREX_OFFLINE": "1",
+        "FERREX_LOG": "info",
+    }
+    return subprocess.Popen(
+        [ferrex_command(), "--model-tier", "small"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def _handshake(process: subprocess.Popen[str]) -> list[dict]:
+    """Speak raw JSON-RPC: every line the server writes to stdout must be a JSON-RPC message."""
+    import json
+
+    assert process.stdin is not None and process.stdout is not None
+    messages = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw-test", "version": "0"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+         "params": {"name": "store", "arguments": {"content": "raw protocol test memory"}}},
+    ]
+    for message in messages:
+        process.stdin.write(json.dumps(message) + "\n")
+    process.stdin.flush()
+    replies = []
+    while len(replies) < 3:
+        line = process.stdout.readline()
+        assert line, "server closed stdout early"
+        replies.append(json.loads(line))
+        assert replies[-1]["jsonrpc"] == "2.0"
+    return replies
+
+
+@pytest.mark.parametrize("how", ["eof", "sigterm", "sigint"])
+def test_clean_shutdown_and_stdout_is_only_protocol(tmp_path: Path, models_dir: Path, how: str) -> None:
+    import signal
+
+    data = tmp_path / "d"
+    process = _spawn(data, models_dir)
+    try:
+        replies = _handshake(process)
+        assert [r["id"] for r in replies] == [1, 2, 3]
+        assert replies[2]["result"]["structuredContent"]["status"] == "stored"
+        if how == "eof":
+            assert process.stdin is not None
+            process.stdin.close()
+        else:
+            process.send_signal(signal.SIGTERM if how == "sigterm" else signal.SIGINT)
+        code = process.wait(timeout=20)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert code == 0
+    assert process.stdout is not None and process.stdout.read().strip() == ""
+    assert process.stderr is not None and "ferrex stopped" in process.stderr.read()
+    # the lock was released and the write is durable: a new server opens the store at once
+    again = _spawn(data, models_dir)
+    try:
+        _handshake(again)
+    finally:
+        again.kill()
+        again.wait()

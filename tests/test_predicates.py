@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 from rapidfuzz.distance import JaroWinkler
+from tests.conftest import ServiceFactory
 
 from ferrex.config import Settings
 from ferrex.core.predicates import PredicateNormalizer, normalize_predicate
 from ferrex.core.service import MemoryService
-from tests.conftest import ServiceFactory
 
 DEFAULT_SYNONYMS = Settings().predicates.synonyms
 
@@ -106,9 +106,7 @@ def test_fuzzy_picks_the_closest_existing_predicate() -> None:
     resolution = normalizer.resolve("runs_on", existing=["runsin", "runson2", "runson"])
     assert resolution.canonical == "runson" and resolution.method == "exact"
     resolution = normalizer.resolve("deploys_to", existing=["deployed", "deployedto"])
-    expected = max(
-        ["deployed", "deployedto"], key=lambda p: JaroWinkler.similarity("deploysto", p)
-    )
+    expected = max(["deployed", "deployedto"], key=lambda p: JaroWinkler.similarity("deploysto", p))
     assert resolution.canonical == expected
 
 

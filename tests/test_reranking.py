@@ -209,3 +209,48 @@ async def test_reranker_path_through_mcp(tmp_path: Path, tiny_model: Path, model
         response = await call(client, "recall", {"query": "animals on safari"})
         assert response["reranked"] is False
         assert response["rerank_status"] == "reranking disabled (--no-rerank)"
+
+
+def test_missing_reranker_warns_once_on_stderr(tmp_path: Path, models_dir: Path) -> None:
+    """No network, no local file: the server starts anyway, warns once, answers unreranked."""
+    from tests.test_mcp_server import _handshake, _spawn
+
+    process = _spawn(tmp_path / "d", models_dir)
+    try:
+        _handshake(process)
+        assert process.stdin is not None and process.stdout is not None
+        import json
+
+        for number in range(4, 8):
+            process.stdin.write(json.dumps({
+                "jsonrpc": "2.0", "id": number, "method": "tools/call",
+                "params": {"name": "recall", "arguments": {"query": f"protocol test {number}"}},
+            }) + "\n")
+            process.stdin.flush()
+            reply = json.loads(process.stdout.readline())
+            assert reply["result"]["structuredContent"]["reranked"] is False
+        process.stdin.close()
+        assert process.wait(timeout=20) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.stderr is not None
+    stderr = process.stderr.read()
+    assert stderr.count("reranker BAAI/bge-reranker-base is unavailable") == 1
+
+
+def test_models_load_lazily(tmp_path: Path, models_dir: Path) -> None:
+    from ferrex.bootstrap import Options, build_service
+    from tests.conftest import make_settings
+
+    settings = make_settings(tmp_path / "d", models_dir, rerank=True)
+    service = build_service(settings, Options(explicit_model_tier=True))
+    try:
+        assert service.embedder.loaded is False  # type: ignore[attr-defined]
+        assert service.reranker.available is False
+        service.stats({})  # stats answers without the model
+        assert service.embedder.loaded is False  # type: ignore[attr-defined]
+        service.recall({"query": "anything"})
+        assert service.embedder.loaded is True  # type: ignore[attr-defined]
+    finally:
+        service.close()

@@ -196,7 +196,7 @@ def _backend(settings: Settings, explicit_tier: bool) -> Any:
 def _serve(settings: Settings, explicit_tier: bool) -> int:
     from ferrex.server.app import run
 
-    return run(_backend(settings, explicit_tier))
+    return run(_backend(settings, explicit_tier), settings.namespace)
 
 
 def _operate(settings: Settings, explicit_tier: bool, op: str, arguments: dict[str, Any]) -> Any:

@@ -288,14 +288,17 @@ def unknown_keys(
             yield path
             continue
         annotation = fields[key].annotation
-        sub = _submodel(annotation)
-        if sub is not None and isinstance(value, Mapping):
-            yield from unknown_keys(value, sub, prefix=f"{path}.")
-        elif _is_dict_of_models(annotation) and isinstance(value, Mapping):
+        if _is_dict_of_models(annotation) and isinstance(value, Mapping):
+            # Checked first: a dict's value model (e.g. staleness.namespaces."ci-infra") is
+            # also among its type arguments, but the dict's keys are free-form names.
             inner = _dict_value_model(annotation)
             for name, item in value.items():
                 if inner is not None and isinstance(item, Mapping):
                     yield from unknown_keys(item, inner, prefix=f"{path}.{name}.")
+            continue
+        sub = _submodel(annotation)
+        if sub is not None and isinstance(value, Mapping):
+            yield from unknown_keys(value, sub, prefix=f"{path}.")
 
 
 def _submodel(annotation: Any) -> type[BaseModel] | None:

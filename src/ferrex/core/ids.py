@@ -12,9 +12,13 @@ _POINT_NAMESPACE = uuid.UUID("6f1c2d1e-6a53-4b8e-9b54-3f1f0f6f2a11")
 
 
 def new_memory_id(now: datetime) -> str:
-    """``mem_`` + 48-bit millisecond timestamp + 32 random bits, all hex (24 characters)."""
+    """``mem_`` + 48-bit millisecond timestamp + 48 random bits, all hex (28 characters).
+
+    Time-ordered; 48 random bits keep a bulk import of 10,000 memories stamped in the same
+    millisecond collision-free with probability > 1 - 2e-7.
+    """
     millis = int(now.timestamp() * 1000) & 0xFFFF_FFFF_FFFF
-    return f"mem_{millis:012x}{secrets.randbits(32):08x}"
+    return f"mem_{millis:012x}{secrets.randbits(48):012x}"
 
 
 def point_id(memory_id: str, chunk_index: int = 0) -> str:

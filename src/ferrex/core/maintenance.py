@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import os
 import stat
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -300,6 +301,8 @@ def import_records(
     imported: list[str] = []
     duplicates: list[str] = []
     audit_rows = 0
+    audit_duplicates = 0
+    present_audit = Counter(_audit_row(entry) for entry in meta.audit_entries(None, limit=10**9))
     pending: list[Memory] = []
     seen_header = False
     total = 0
@@ -350,17 +353,16 @@ def import_records(
             if len(pending) >= batch:
                 flush()
         elif kind == "audit":
+            row = _audit_row(record)
+            if present_audit[row] > 0:  # already in this store (e.g. the same file imported twice)
+                present_audit[row] -= 1
+                audit_duplicates += 1
+                continue
             with meta.transaction():
                 meta._x(
-                    "INSERT INTO audit (at, namespace, action, memory_id, other_id, detail) VALUES (?, ?, ?, ?, ?, ?)",
-                    (
-                        record["at"],
-                        record["namespace"],
-                        record["action"],
-                        record.get("memory_id"),
-                        record.get("other_id"),
-                        None if record.get("detail") is None else _json(record["detail"]),
-                    ),
+                    "INSERT INTO audit (at, namespace, action, memory_id, other_id, detail) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    row,
                 )
             audit_rows += 1
     flush()
@@ -371,6 +373,7 @@ def import_records(
         "duplicates": duplicates,
         "entities": len(entity_map),
         "audit_rows": audit_rows,
+        "audit_duplicates": audit_duplicates,
     }
 
 
@@ -378,6 +381,19 @@ def _json(value: Any) -> str:
     import json
 
     return json.dumps(value, sort_keys=True)
+
+
+def _audit_row(record: dict[str, Any]) -> tuple[Any, ...]:
+    """An audit entry as the row it is stored as (the identity used to skip re-imports)."""
+    detail = record.get("detail")
+    return (
+        record["at"],
+        record["namespace"],
+        record["action"],
+        record.get("memory_id"),
+        record.get("other_id"),
+        None if detail is None else _json(detail),
+    )
 
 
 def _import_entity(service: MemoryService, record: dict[str, Any], now: Any) -> int:

@@ -56,7 +56,7 @@ class PredicateNormalizer:
         return self._table.get(normalized, normalized)
 
     def resolve(self, predicate: str, existing: Sequence[str] = ()) -> PredicateResolution:
-        """Canonical predicate of ``predicate`` given the subject's existing canonical predicates."""
+        """Canonical predicate of ``predicate`` given the subject's existing canonical names."""
         normalized = normalize_predicate(predicate)
         mapped = self._table.get(normalized)
         if mapped is not None:

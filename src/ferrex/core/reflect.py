@@ -15,7 +15,14 @@ from ferrex.core.clock import days_ago, to_iso
 from ferrex.core.lifecycle import relevance_score
 from ferrex.core.memory import MemoryType
 from ferrex.core.requests import ReflectRequest
-from ferrex.core.staleness import AGING, FRESH, STALE, age_days, assess, days_since_validation
+from ferrex.core.staleness import (
+    AGING,
+    STALE,
+    age_days,
+    assess,
+    days_since_validation,
+    needs_validation,
+)
 
 if TYPE_CHECKING:
     from ferrex.core.service import MemoryService
@@ -85,10 +92,11 @@ def reflect(service: MemoryService, request: ReflectRequest) -> dict[str, Any]:
                 reasons.append(f"stale: effective age {fresh.score:.0f} days")
             elif fresh.staleness == AGING:
                 reasons.append(f"aging: effective age {fresh.score:.0f} days")
-            if memory.last_validated is None and fresh.staleness != FRESH:
-                reasons.append("never validated")
-            elif memory.last_validated is not None and fresh.staleness != FRESH:
-                reasons.append(f"last validated {since:.0f} days ago")
+            if needs_validation(memory, now, service.settings.staleness):
+                if memory.last_validated is None:
+                    reasons.append("never validated")
+                else:
+                    reasons.append(f"last validated {since:.0f} days ago")
             if reasons:
                 review.append((fresh.score, memory, fresh, reasons, since))
         review.sort(key=lambda r: (-r[0], r[1].id))

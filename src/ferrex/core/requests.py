@@ -70,6 +70,8 @@ def _timestamp(value: Any, what: str) -> datetime:
         return parse_timestamp(value)
     except ValueError as exc:
         raise ValueError(f"{what}: {exc}") from exc
+    except OverflowError:  # e.g. 0001-01-01T00:00:00+01:00 is before datetime.min in UTC
+        raise ValueError(f"{what}: timestamp year must be between 1970 and 9998") from None
 
 
 def _namespace(value: Any) -> str:

@@ -25,6 +25,7 @@ from typing import Any
 
 from ferrex.config import RecencyConfig
 from ferrex.core.memory import MemoryType
+from ferrex.core.ports import IndexHit
 
 BASIS_RERANK = "rerank"
 BASIS_FUSED = "fused"
@@ -126,3 +127,27 @@ def fit_budget(texts: Sequence[str], count_tokens: Callable[[str], int], max_tok
         if used > max_tokens:
             return index
     return len(texts)
+
+
+def hit_order(hit: IndexHit) -> tuple[float, str, int, str]:
+    """Score first, then memory id: engines order equal scores by storage position, which
+    differs between a store and its rebuild or import (exact ties are common in BM25)."""
+    return (-hit.score, hit.memory_id, hit.chunk, hit.point_id)
+
+
+def fuse_rrf(channels: Sequence[Sequence[IndexHit]], rrf_k: int, limit: int) -> list[IndexHit]:
+    """Reciprocal-rank fusion of ranked channels, deterministic under ties.
+
+    Same formula as Qdrant's ``Fusion.Rrf``: each point scores ``sum 1 / (k + position)`` over
+    the channels it appears in, position counted from 0. Each channel is put in ``hit_order``
+    before positions are assigned, and the fused list is ordered the same way.
+    """
+    fused: dict[str, float] = {}
+    first: dict[str, IndexHit] = {}
+    for hits in channels:
+        for position, hit in enumerate(sorted(hits, key=hit_order)):
+            fused[hit.point_id] = fused.get(hit.point_id, 0.0) + 1.0 / (rrf_k + position)
+            first.setdefault(hit.point_id, hit)
+    out = [IndexHit(pid, hit.memory_id, fused[pid], hit.chunk) for pid, hit in first.items()]
+    out.sort(key=hit_order)
+    return out[:limit]

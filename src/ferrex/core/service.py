@@ -22,7 +22,7 @@ from ferrex.core import conflict as conflicts
 from ferrex.core import errors
 from ferrex.core.access import AccessTracker
 from ferrex.core.cache import CachedRecall, RecallCache, embedding_hash
-from ferrex.core.chunking import Chunk, plan_chunks
+from ferrex.core.chunking import Chunk, plan_chunks, step_prefix
 from ferrex.core.clock import Clock, to_iso, utcnow
 from ferrex.core.dedup import find_duplicate
 from ferrex.core.entities import EntityResolution, EntityResolver
@@ -229,12 +229,13 @@ class MemoryService:
         self.reranker.load()
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self.access.stop()
-        self.index.close()
-        self.meta.close()
+        with self._write:  # let an in-flight write finish first
+            if self._closed:
+                return
+            self._closed = True
+            self.access.stop()
+            self.index.close()
+            self.meta.close()
 
     def now(self) -> datetime:
         return self.clock()
@@ -379,14 +380,13 @@ class MemoryService:
             memory.content = request.content
             memory.t_valid = event_time
         info = self.embedder.info
-        prefix = f"{memory.name}: " if memory_type is MemoryType.PROCEDURAL and memory.name else ""
         chunks = plan_chunks(
             memory_type,
             embed_text(memory),
             steps=memory.steps,
             count_tokens=self.embedder.count_tokens,
             max_tokens=info.max_tokens,
-            step_prefix=prefix,
+            step_prefix=step_prefix(memory),
         )
         memory.chunk_count = len(chunks)
         memory.embed_model = info.pin
@@ -520,6 +520,7 @@ class MemoryService:
             memory.subject_entity_id = subject.entity_id if subject else None
             fact = self._semantic(item, now, superseded_target is not None, batch_vectors)
             if fact.get("status") == "duplicate":
+                self._link_duplicate_entities(fact["id"], memory.entity_ids, to_payload)
                 return fact
             invalidate.extend(fact.pop("_invalidate", []))
             result.update(fact)
@@ -583,6 +584,18 @@ class MemoryService:
         if memory.pinned:
             result["pinned"] = True
         return result
+
+    def _link_duplicate_entities(
+        self, existing_id: str, entity_ids: Sequence[int], to_payload: dict[str, Memory]
+    ) -> None:
+        """Entities named with a duplicate fact belong to the fact that is kept (never orphans)."""
+        existing = self.meta.get_memory(existing_id)
+        if existing is None:
+            return
+        added = [e for e in entity_ids if e not in existing.entity_ids]
+        if added:
+            self.meta.link_entities(existing_id, added)
+            to_payload[existing_id] = existing
 
     def _resolve_entities(
         self, namespace: str, names: Sequence[str], now: datetime
@@ -883,6 +896,9 @@ class MemoryService:
         vector = self._query_vector(request.query)
         prefetch = max(cfg.prefetch_limit, 2 * limit)
         params = (
+            # The exact text too: the cross-encoder scores (cached with the candidates) see the
+            # raw query, which an uncased embedding of two spellings would not tell apart.
+            request.query,
             types,
             entity_ids,
             flt.time_after,
@@ -1129,7 +1145,10 @@ class MemoryService:
     def _delete(
         self, memory_ids: Sequence[str], namespace: str, *, cascade: bool, action: str, reason: str
     ) -> list[str]:
-        """Delete memories from SQLite and the index through the journal; return removed entities."""
+        """Delete memories from SQLite and the index through the journal.
+
+        Returns the names of the entities removed by ``cascade``.
+        """
         if not memory_ids:
             return []
         now = self.now()
@@ -1220,7 +1239,8 @@ class MemoryService:
         with self._write:
             pool = self.meta.memories_in_namespace(
                 None,
-                where="(type = 'episodic' OR (type = 'semantic' AND t_invalid IS NOT NULL)) AND pinned = 0",
+                where="(type = 'episodic' OR (type = 'semantic' AND t_invalid IS NOT NULL)) "
+                "AND pinned = 0",
                 order="created_at, id",
             )
             levels = [(m, assess(m, now, self.settings.staleness).staleness) for m in pool]
@@ -1270,14 +1290,21 @@ class MemoryService:
         self._sync_external_writes()
         return stats(self, request)
 
-    def warnings(self) -> list[str]:
-        out = list(self.embedder.warnings) if getattr(self.embedder, "loaded", True) else []
-        if (
-            self.settings.rerank
-            and not self.reranker.available
-            and self.reranker.unavailable_reason
-        ):
-            out.append(self.reranker.unavailable_reason)
+    def warnings(self, *, brief: bool = False) -> list[str]:
+        """What the agent must know about degraded operation (never hidden, spec principle 5)."""
+        out: list[str] = []
+        loaded = getattr(self.embedder, "loaded", True)
+        if loaded and self.embedder.warnings:
+            if brief:
+                info = self.embedder.info
+                out.append(f"embedding model fallback: using bundled {info.name} ({info.dimension}-d)")
+            else:
+                out.extend(self.embedder.warnings)
+        if self.settings.rerank and not self.reranker.available and self.reranker.unavailable_reason:
+            if brief:
+                out.append("reranker unavailable: results are in fused order")
+            else:
+                out.append(self.reranker.unavailable_reason)
         return out
 
 

@@ -1,29 +1,83 @@
-"""The stats tool (spec "stats"): a brief, cheap orientation and a detailed health report."""
+"""The stats tool (spec "stats"): a brief, cheap orientation and a detailed health report.
+
+Brief mode is read at the start of every conversation, so its size is bounded whatever the
+store holds: the two most recent memories (as in the spec's example), each summarised in at
+most ``SUMMARY_TOKENS`` model tokens of its JSON text: about 150 tokens for the whole brief
+answer, 200 with the degraded-mode warnings (measured with the embedding model's tokenizer).
+
+``needs_attention`` counts each current memory once: ``stale_count`` (past its stale
+threshold), ``unvalidated_count`` (not stale, but nobody confirmed it within its type's fresh
+window: Layer 5), and ``conflict_count`` (subject + predicate groups with several current
+values: Layer 4).
+"""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+from collections.abc import Callable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ferrex.core.memory import Memory, MemoryType
 from ferrex.core.requests import StatsRequest
-from ferrex.core.staleness import FRESH, STALE, assess
+from ferrex.core.staleness import STALE, age_days, assess, needs_validation
 
 if TYPE_CHECKING:
     from ferrex.core.service import MemoryService
 
-RECENT = 5
+RECENT = 2  # as in the spec's example
 SUMMARY_CHARS = 60
+SUMMARY_TOKENS = 16
+ELLIPSIS = "..."
+
+TokenCounter = Callable[[str], int]
 
 
-def _recent(memories: list[Memory], now: Any) -> list[dict[str, Any]]:
-    from ferrex.core.staleness import age_days
+def _token_counter(service: MemoryService) -> TokenCounter:
+    """Exact model tokens when the model is loaded; else a cheap upper-bound estimate.
 
+    Counting never forces a model load: stats must answer while the model is still warming.
+    """
+    embedder = service.embedder
+    if getattr(embedder, "loaded", True):
+        counter: TokenCounter = getattr(embedder, "count_text_tokens", embedder.count_tokens)
+        return lambda text: counter(json.dumps(text))
+    return lambda text: len(json.dumps(text)) // 2  # English runs about 4 characters a token
+
+
+def short_summary(memory: Memory, count_tokens: TokenCounter) -> str:
+    """The memory's summary cut to ``SUMMARY_TOKENS`` (counted on its JSON text).
+
+    Cut at a word boundary; a first word too long on its own is cut by characters.
+    """
+    full = memory.summary(SUMMARY_CHARS)
+    text = full.removesuffix("\u2026")
+    if text == full and count_tokens(text) <= SUMMARY_TOKENS:
+        return text
+    words = text.split()
+    while len(words) > 1:
+        candidate = " ".join(words) + ELLIPSIS
+        if count_tokens(candidate) <= SUMMARY_TOKENS:
+            return candidate
+        words.pop()
+    head = words[0] if words else ""
+    while head:
+        candidate = head + ELLIPSIS
+        if count_tokens(candidate) <= SUMMARY_TOKENS:
+            return candidate
+        head = head[:-1]
+    return ELLIPSIS
+
+
+def _recent(
+    memories: list[Memory], now: datetime, count_tokens: TokenCounter
+) -> list[dict[str, Any]]:
     return [
         {
             "id": m.id,
             "type": m.type.value,
-            "summary": m.summary(SUMMARY_CHARS),
+            "summary": short_summary(m, count_tokens),
             "age_days": int(age_days(m, now)),
         }
         for m in memories
@@ -36,12 +90,13 @@ def stats(service: MemoryService, request: StatsRequest) -> dict[str, Any]:
     now = service.now()
     memories = meta.memories_in_namespace(namespace, order="created_at DESC, id DESC")
     current = [m for m in memories if m.t_invalid is None]
+    config = service.settings.staleness
     levels: Counter[str] = Counter()
     unvalidated = 0
     for memory in current:
-        level = assess(memory, now, service.settings.staleness).staleness
+        level = assess(memory, now, config).staleness
         levels[level] += 1
-        if memory.last_validated is None and level != FRESH:
+        if level != STALE and needs_validation(memory, now, config):
             unvalidated += 1
     conflict_count = meta.count_contradictions(namespace)
     recent = sorted(current, key=lambda m: (m.created_at, m.id), reverse=True)[:RECENT]
@@ -50,15 +105,16 @@ def stats(service: MemoryService, request: StatsRequest) -> dict[str, Any]:
         "conflict_count": conflict_count,
         "unvalidated_count": unvalidated,
     }
-    warnings = service.warnings()
+    warnings = service.warnings(brief=not request.detailed)
+    count_tokens = _token_counter(service)
     if not request.detailed:
         brief: dict[str, Any] = {
             "total": len(memories),
-            "recent": _recent(recent, now),
+            "recent": _recent(recent, now, count_tokens),
             "needs_attention": needs_attention,
         }
         if warnings:
-            brief["warnings"] = [w.split(";")[0][:120] for w in warnings]
+            brief["warnings"] = warnings
         return brief
     counts = {t.value: 0 for t in MemoryType}
     counts.update(Counter(m.type.value for m in memories))
@@ -74,7 +130,7 @@ def stats(service: MemoryService, request: StatsRequest) -> dict[str, Any]:
         "conflicts": conflict_count,
         "entities": meta.count_entities(namespace),
         "storage_mb": round(storage / (1024 * 1024), 2),
-        "recent": _recent(recent, now),
+        "recent": _recent(recent, now, count_tokens),
         "needs_attention": needs_attention,
         "pinned": sum(1 for m in memories if m.pinned),
         "evictions": {

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 import structlog
 
 from ferrex.config import Settings
-from ferrex.core.chunking import Chunk, plan_chunks
+from ferrex.core.chunking import Chunk, plan_chunks, step_prefix
 from ferrex.core.errors import FerrexError
 from ferrex.core.ids import point_id
 from ferrex.core.indexing import build_payload, validity_payload
-from ferrex.core.memory import Memory, MemoryType, embed_text
+from ferrex.core.memory import Memory, embed_text
 from ferrex.core.ports import Embedder, IndexPoint, SparseEncoder, Vector, VectorIndex
 from ferrex.store.sqlite import JournalEntry, MetadataStore
 
@@ -56,7 +56,6 @@ class IndexSync:
 
     def chunks_for(self, memory: Memory) -> list[Chunk]:
         info = self.embedder.info
-        prefix = f"{memory.name}: " if memory.type is MemoryType.PROCEDURAL and memory.name else ""
         try:
             return plan_chunks(
                 memory.type,
@@ -64,7 +63,7 @@ class IndexSync:
                 steps=memory.steps,
                 count_tokens=self.embedder.count_tokens,
                 max_tokens=info.max_tokens,
-                step_prefix=prefix,
+                step_prefix=step_prefix(memory),
             )
         except FerrexError:
             # Only reachable when re-indexing with a model of smaller context than the one the

@@ -8,6 +8,7 @@ embedding model loads lazily. Errors are tool results with ``isError`` and a str
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -48,8 +49,10 @@ def tool_error(error: FerrexError) -> types.CallToolResult:
 class FerrexMcp:
     """Tool routing between the MCP SDK and a backend (engine or peer)."""
 
-    def __init__(self, backend: SharedBackend) -> None:
+    def __init__(self, backend: SharedBackend, default_namespace: str = "default") -> None:
         self.backend = backend
+        # Sent explicitly with every call: a peer's --namespace must win over the engine's.
+        self.default_namespace = default_namespace
         self.ready = anyio.Event()
         self.failure: FerrexError | None = None
         self.server: Server[Any] = Server(
@@ -80,6 +83,8 @@ class FerrexMcp:
         if self.failure is not None:
             return tool_error(self.failure)
         arguments = params.arguments if params.arguments is not None else {}
+        if isinstance(arguments, dict) and "namespace" not in arguments:
+            arguments = {**arguments, "namespace": self.default_namespace}
         try:
             result = await self.backend.call(name, arguments)
         except FerrexError as exc:
@@ -90,8 +95,10 @@ class FerrexMcp:
         return tool_result(result)
 
 
-async def serve_stdio(backend: SharedBackend, on_fatal: Callable[[BaseException], None]) -> None:
-    app = FerrexMcp(backend)
+async def serve_stdio(
+    backend: SharedBackend, on_fatal: Callable[[BaseException], None], default_namespace: str = "default"
+) -> None:
+    app = FerrexMcp(backend, default_namespace)
 
     async def start_backend(task_group: anyio.abc.TaskGroup) -> None:
         try:
@@ -112,7 +119,13 @@ async def serve_stdio(backend: SharedBackend, on_fatal: Callable[[BaseException]
             async for signum in signals:
                 log.info("shutting down", signal=signal.Signals(signum).name)
                 scope.cancel()
-                return
+                # The stdio reader blocks in a thread that cancellation cannot interrupt: close
+                # the store cleanly (in-flight writes finish first), then leave.
+                with anyio.CancelScope(shield=True):
+                    await backend.aclose()
+                log.info("ferrex stopped")
+                sys.stderr.flush()
+                os._exit(0)
 
     try:
         async with anyio.create_task_group() as tasks:
@@ -129,7 +142,7 @@ async def serve_stdio(backend: SharedBackend, on_fatal: Callable[[BaseException]
         log.info("ferrex stopped")
 
 
-def run(backend: SharedBackend) -> int:
+def run(backend: SharedBackend, default_namespace: str = "default") -> int:
     exit_code = 0
 
     def fatal(exc: BaseException) -> None:
@@ -139,7 +152,7 @@ def run(backend: SharedBackend) -> int:
         print(f"error: {message}", file=sys.stderr, flush=True)
 
     try:
-        anyio.run(serve_stdio, backend, fatal)
+        anyio.run(serve_stdio, backend, fatal, default_namespace)
     except KeyboardInterrupt:
         pass
     return exit_code

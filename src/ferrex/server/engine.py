@@ -357,6 +357,8 @@ class SharedBackend:
             await self._become_something()
 
     async def aclose(self) -> None:
+        if self._closing:
+            return
         self._closing = True
         if self._server is not None:
             await self._server.aclose()

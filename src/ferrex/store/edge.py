@@ -13,6 +13,7 @@ import qdrant_edge as q
 from ferrex.core.clock import to_iso
 from ferrex.core.indexing import DATETIME_FIELDS, INTEGER_FIELDS, KEYWORD_FIELDS
 from ferrex.core.ports import IndexFilter, IndexHit, IndexPoint, IndexStats, SparseVec, Vector
+from ferrex.core.retrieval import fuse_rrf, hit_order
 
 DENSE = "dense"
 SPARSE = "bm25"
@@ -135,32 +136,12 @@ class EdgeIndex:
     ) -> list[IndexHit]:
         if self._shard is None:
             return []
-        edge_filter = _filter(flt)
-        prefetches = [
-            q.Prefetch(
-                limit=prefetch,
-                query=q.Query.Nearest([float(x) for x in dense], using=DENSE),
-                filter=edge_filter,
-                params=q.SearchParams(hnsw_ef=hnsw_ef),
-            )
-        ]
+        # Fused here rather than with the engine's Fusion.Rrf: the engine breaks score ties by
+        # storage order, so the same store rebuilt or imported would rank differently.
+        channels = [self.dense_search(dense, flt, prefetch, hnsw_ef)]
         if sparse:
-            prefetches.append(
-                q.Prefetch(
-                    limit=prefetch,
-                    query=q.Query.Nearest(_sparse(sparse), using=SPARSE),
-                    filter=edge_filter,
-                    params=q.SearchParams(idf=q.IdfParams(corpus=_namespace_filter(flt))),
-                )
-            )
-        request = q.QueryRequest(
-            limit=limit,
-            prefetches=prefetches,
-            query=q.Fusion.Rrf(k=rrf_k),
-            filter=edge_filter,
-            with_payload=_RETURNED_FIELDS,
-        )
-        return _hits(self.shard.query(request))
+            channels.append(self.sparse_search(sparse, flt, prefetch))
+        return fuse_rrf(channels, rrf_k, limit)
 
     def dense_search(
         self, dense: Vector, flt: IndexFilter, limit: int, hnsw_ef: int
@@ -273,7 +254,7 @@ def _hits(points: Sequence[q.ScoredPoint]) -> list[IndexHit]:
                 chunk=int(payload.get("chunk", 0) or 0),
             )
         )
-    return hits
+    return sorted(hits, key=hit_order)
 
 
 def _namespace_filter(flt: IndexFilter) -> q.Filter:
@@ -303,11 +284,12 @@ def _filter(flt: IndexFilter) -> q.Filter:
         must.append(
             q.Filter(
                 should=[
-                    q.IsNullCondition("t_invalid"),
+                    q.IsEmptyCondition("t_invalid"),
                     q.FieldCondition("t_invalid", range=q.RangeDateTime(gt=moment)),
                 ]
             )
         )
     elif flt.validity == "current":
-        must.append(q.IsNullCondition("t_invalid"))
+        # "Empty" = null or absent: a payload refresh with t_invalid=None drops the key.
+        must.append(q.IsEmptyCondition("t_invalid"))
     return q.Filter(must=must)

@@ -17,6 +17,7 @@ from qdrant_client import QdrantClient, models
 from ferrex.core.clock import to_iso
 from ferrex.core.indexing import DATETIME_FIELDS, INTEGER_FIELDS, KEYWORD_FIELDS
 from ferrex.core.ports import IndexFilter, IndexHit, IndexPoint, IndexStats, SparseVec, Vector
+from ferrex.core.retrieval import fuse_rrf, hit_order
 
 DENSE = "dense"
 SPARSE = "bm25"
@@ -171,33 +172,12 @@ class QdrantIndex:
     ) -> list[IndexHit]:
         if not self._exists():
             return []
-        qfilter = _filter(flt)
-        prefetches = [
-            models.Prefetch(
-                query=[float(x) for x in dense],
-                using=DENSE,
-                limit=prefetch,
-                filter=qfilter,
-                params=models.SearchParams(hnsw_ef=hnsw_ef),
-            )
-        ]
+        # Fused here rather than with the server's RRF query: the engine breaks score ties by
+        # storage order, so the same store rebuilt or imported would rank differently.
+        channels = [self.dense_search(dense, flt, prefetch, hnsw_ef)]
         if sparse:
-            prefetches.append(
-                models.Prefetch(
-                    query=_sparse(sparse),
-                    using=SPARSE,
-                    limit=prefetch,
-                    filter=qfilter,
-                    params=self._sparse_params(flt),
-                )
-            )
-        response = self._query(
-            prefetch=prefetches,
-            query=models.RrfQuery(rrf=models.Rrf(k=rrf_k)),
-            query_filter=qfilter,
-            limit=limit,
-        )
-        return _hits(response)
+            channels.append(self.sparse_search(sparse, flt, prefetch))
+        return fuse_rrf(channels, rrf_k, limit)
 
     def _query(self, **kwargs: Any) -> list[models.ScoredPoint]:
         try:
@@ -306,7 +286,7 @@ def _without_idf(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _hits(points: Sequence[models.ScoredPoint]) -> list[IndexHit]:
-    return [
+    hits = [
         IndexHit(
             point_id=str(p.id),
             memory_id=str((p.payload or {}).get("memory_id", "")),
@@ -315,6 +295,7 @@ def _hits(points: Sequence[models.ScoredPoint]) -> list[IndexHit]:
         )
         for p in points
     ]
+    return sorted(hits, key=hit_order)
 
 
 def _namespace_filter(flt: IndexFilter) -> models.Filter:
@@ -348,11 +329,12 @@ def _filter(flt: IndexFilter) -> models.Filter:
         must.append(
             models.Filter(
                 should=[
-                    models.IsNullCondition(is_null=models.PayloadField(key="t_invalid")),
+                    models.IsEmptyCondition(is_empty=models.PayloadField(key="t_invalid")),
                     models.FieldCondition(key="t_invalid", range=models.DatetimeRange(gt=moment)),
                 ]
             )
         )
     elif flt.validity == "current":
-        must.append(models.IsNullCondition(is_null=models.PayloadField(key="t_invalid")))
+        # "Empty" = null or absent: a payload refresh with t_invalid=None may drop the key.
+        must.append(models.IsEmptyCondition(is_empty=models.PayloadField(key="t_invalid")))
     return models.Filter(must=must)

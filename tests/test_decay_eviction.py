@@ -1,0 +1,290 @@
+"""Decay and eviction (spec "Memory Lifecycle": Decay, Eviction).
+
+Proves: the relevance_score half-life math (episodic half-life 30 days: 0.5 at 30, 0.25 at 60;
+slower with access and after validation; 1.0 when pinned; no time decay for semantic facts and
+procedures); under a storage budget (``lifecycle.max_memories`` / ``max_storage_mb``) memories
+are evicted in the spec's priority order (superseded facts past the 180-day retention window;
+stale unreferenced episodic; stale episodic cited as a fact's source; aging episodic by lowest
+relevance) and never active semantic facts, procedures or pinned memories; superseded facts
+past retention go even under budget; every eviction is journaled in the audit log, removed from
+the vector index and counted in detailed stats.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from tests.test_staleness import MovableClock
+
+from ferrex.core.clock import to_iso
+from ferrex.core.lifecycle import relevance_score
+from ferrex.core.memory import Memory, MemoryType
+from ferrex.core.service import MemoryService
+
+T0 = datetime(2025, 1, 1, 9, 0, tzinfo=UTC)
+NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+ServiceFactory = Callable[..., MemoryService]
+
+
+def episode(
+    days: float,
+    *,
+    kind: str = "episodic",
+    count: int = 0,
+    validated: float | None = None,
+    pinned: bool = False,
+) -> Memory:
+    when = NOW - timedelta(days=days)
+    return Memory(
+        id="mem_decay",
+        namespace="default",
+        type=MemoryType(kind),
+        created_at=when,
+        updated_at=when,
+        event_time=when,
+        content="x",
+        access_count=count,
+        last_validated=None if validated is None else NOW - timedelta(days=validated),
+        pinned=pinned,
+    )
+
+
+# --------------------------------------------------------------------------- decay
+
+
+@pytest.mark.parametrize(
+    ("days", "expected"), [(0, 1.0), (15, 2**-0.5), (30, 0.5), (60, 0.25), (90, 0.125)]
+)
+def test_episodic_relevance_halves_every_30_days(days: int, expected: float) -> None:
+    assert relevance_score(episode(days), NOW, 30.0) == pytest.approx(expected)
+
+
+def test_access_slows_decay() -> None:
+    scores = [relevance_score(episode(30, count=n), NOW, 30.0) for n in (0, 1, 5, 50)]
+    assert scores[0] == pytest.approx(0.5)
+    assert scores == sorted(scores) and len(set(scores)) == 4
+    # Half-life 30 x (1 + 0.5 ln(1 + n)): five accesses stretch it to ~56.9 days.
+    assert scores[2] == pytest.approx(2 ** (-30 / (30 * (1 + 0.5 * math.log(6)))))
+
+
+def test_validation_restarts_the_decay_clock() -> None:
+    assert relevance_score(episode(60, validated=30), NOW, 30.0) == pytest.approx(0.5)
+    assert relevance_score(episode(60, validated=0), NOW, 30.0) == pytest.approx(1.0)
+
+
+def test_pinned_memories_and_facts_and_procedures_do_not_decay() -> None:
+    assert relevance_score(episode(900, pinned=True), NOW, 30.0) == 1.0
+    assert relevance_score(episode(900, kind="semantic"), NOW, 30.0) == 1.0
+    assert relevance_score(episode(900, kind="procedural"), NOW, 30.0) == 1.0
+
+
+def test_configured_half_life_shows_in_reflect(make_service: ServiceFactory) -> None:
+    service = make_service(clock=lambda: NOW, lifecycle={"episodic_half_life_days": 10})
+    stored = service.store({"content": "the staging cluster ran out of disk during the release",
+                            "timestamp": to_iso(NOW - timedelta(days=10))})
+    candidates = service.reflect({})["forget_candidates"]
+    assert [(c["id"], c["relevance"]) for c in candidates] == [(stored["id"], 0.5)]
+
+
+# --------------------------------------------------------------------------- eviction order
+
+
+def store(service: MemoryService, **arguments: Any) -> str:
+    result = service.store(arguments)
+    assert result["status"] in {"stored", "superseded"}, result
+    return str(result["id"])
+
+
+def ago(clock: MovableClock, days: float) -> str:
+    return to_iso(clock.current - timedelta(days=days))
+
+
+def build_lifecycle_store(service: MemoryService, clock: MovableClock) -> dict[str, str]:
+    """Twelve memories whose fates at T0 + 400 days cover every eviction priority."""
+    ids: dict[str, str] = {}
+    ids["stale_cited"] = store(service, content="the team load-tested checkout at 5k requests "
+                               "per second on the old cluster", timestamp=ago(clock, 0))
+    ids["citing_fact"] = store(service, subject="checkout", predicate="handles", object="5k rps",
+                               source=f"memory:{ids['stale_cited']}")
+    ids["old_runtime"] = store(service, subject="api-server", predicate="uses",
+                               object="tokio 1.36")
+    ids["old_owner"] = store(service, subject="billing", predicate="owned_by",
+                             object="team atlas")
+    ids["procedure"] = store(service, type="procedural", name="rotate-certificates",
+                             steps=["issue new certs", "reload nginx", "revoke the old certs"])
+    ids["pinned"] = store(service, content="the founders decided to never store card numbers",
+                          timestamp=ago(clock, 0), pinned=True)
+    clock.advance(210)
+    ids["new_runtime"] = store(service, subject="api-server", predicate="uses",
+                               object="tokio 1.38")
+    clock.advance(90)
+    ids["new_owner"] = store(service, subject="billing", predicate="owned_by",
+                             object="team borealis")
+    clock.advance(100)  # T0 + 400 days
+    ids["stale"] = store(service, content="a fan failed in rack 12 and was replaced by facilities",
+                         timestamp=ago(clock, 120))
+    ids["aging_old"] = store(service, content="the marketing site moved to a static generator",
+                             timestamp=ago(clock, 70))
+    ids["aging_young"] = store(service, content="we renamed the mobile app to Orbit in the stores",
+                               timestamp=ago(clock, 40))
+    ids["fresh"] = store(service, content="Priya started the on-call rotation this week",
+                         timestamp=ago(clock, 5))
+    return ids
+
+
+EVICTION_ORDER = ["old_runtime", "stale", "stale_cited", "aging_old", "aging_young"]
+NEVER_EVICTED = ["citing_fact", "new_runtime", "new_owner", "old_owner", "procedure", "pinned",
+                 "fresh"]
+
+
+def levels(service: MemoryService, ids: dict[str, str]) -> dict[str, str]:
+    fresh = {
+        r["id"]: r["freshness"]["staleness"]
+        for r in service.recall({"query": "team", "limit": 50, "include_stale": True,
+                                 "include_invalidated": True})["results"]
+    }
+    return {name: fresh.get(memory_id, "?") for name, memory_id in ids.items()}
+
+
+def test_budget_evicts_in_the_spec_priority_order(make_service: ServiceFactory) -> None:
+    clock = MovableClock(T0)
+    # Retention is restored to the default 180 days once the store is built, so no periodic
+    # sweep can evict the expired fact while building.
+    service = make_service(clock=clock, lifecycle={"superseded_retention_days": 10_000})
+    ids = build_lifecycle_store(service, clock)
+    service.settings.lifecycle.superseded_retention_days = 180
+    assert service.meta.count_memories() == 12
+    # Preconditions: the levels this scenario relies on.
+    seen = levels(service, ids)
+    assert seen["stale"] == seen["stale_cited"] == seen["pinned"] == "stale"
+    assert seen["aging_old"] == seen["aging_young"] == "aging"
+    assert seen["old_runtime"] == seen["old_owner"] == "superseded"
+    assert seen["citing_fact"] == seen["new_runtime"] == "stale"  # stale, yet active facts
+    assert seen["procedure"] == "stale"
+
+    evicted: list[str] = []
+    for budget in range(11, 6, -1):
+        service.settings.lifecycle.max_memories = budget
+        assert service.enforce_budget() == 1
+        gone = [name for name, mid in ids.items() if not service.meta.memory_exists(mid)]
+        evicted.extend(name for name in gone if name not in evicted)
+        assert service.meta.count_memories() == budget
+    assert evicted == EVICTION_ORDER
+
+    service.settings.lifecycle.max_memories = 3
+    assert service.enforce_budget() == 0  # over budget, but nothing left may be evicted
+    assert all(service.meta.memory_exists(ids[name]) for name in NEVER_EVICTED)
+
+    audit = service.meta.audit_entries("default", "evict")
+    id_to_name = {mid: name for name, mid in ids.items()}
+    assert [id_to_name[e["memory_id"]] for e in reversed(audit)] == EVICTION_ORDER
+    reasons = [e["detail"]["reason"] for e in reversed(audit)]
+    assert reasons[0] == "superseded past retention window"
+    assert reasons[1] == "stale episodic" and "cited" in reasons[2]
+    assert all(r.startswith("aging episodic") for r in reasons[3:])
+    points = service.index.points_by_memory()
+    assert not any(ids[name] in points for name in EVICTION_ORDER)
+    assert all(ids[name] in points for name in NEVER_EVICTED)
+    evictions = service.stats({"detailed": True})["evictions"]
+    assert evictions == {"total": 5, "last_at": to_iso(clock.current)}
+
+
+def test_storing_over_budget_evicts_automatically(make_service: ServiceFactory) -> None:
+    service = make_service(clock=lambda: NOW, lifecycle={"max_memories": 3})
+    old = store(service, content="the quarterly offsite took place in Lisbon",
+                timestamp=to_iso(NOW - timedelta(days=200)))
+    older = store(service, content="the coffee machine on floor 3 was replaced",
+                  timestamp=to_iso(NOW - timedelta(days=300)))
+    fact = store(service, subject="office", predicate="located_in", object="Berlin")
+    assert service.meta.count_memories() == 3
+    fresh = store(service, content="the design review for the new search page is on Friday")
+    # One over budget: of the two stale episodes, the least relevant (older) goes first.
+    assert not service.meta.memory_exists(older)
+    assert all(service.meta.memory_exists(i) for i in (old, fact, fresh))
+    assert service.stats({"detailed": True})["evictions"]["total"] == 1
+
+
+def test_storage_size_budget_evicts_only_what_may_go(make_service: ServiceFactory) -> None:
+    service = make_service(clock=lambda: NOW)
+    stale = store(service, content="the legacy FTP server was switched off",
+                  timestamp=to_iso(NOW - timedelta(days=150)))
+    aging = store(service, content="we trialled a four-day week in the support team",
+                  timestamp=to_iso(NOW - timedelta(days=45)))
+    fresh = store(service, content="the new hire laptops arrived this morning")
+    fact = store(service, subject="support", predicate="uses", object="zendesk")
+    procedure = store(service, type="procedural", name="reset-password",
+                      steps=["verify identity", "send reset link"])
+    service.settings.lifecycle.max_storage_mb = 0.001  # far below what any store occupies
+    assert service.enforce_budget() == 2
+    assert not service.meta.memory_exists(stale) and not service.meta.memory_exists(aging)
+    assert all(service.meta.memory_exists(i) for i in (fresh, fact, procedure))
+
+
+# --------------------------------------------------------------------------- retention, pinning
+
+
+def test_superseded_past_retention_is_evicted_even_under_budget(
+    make_service: ServiceFactory,
+) -> None:
+    clock = MovableClock(T0)
+    service = make_service(clock=clock)
+    expired = store(service, subject="db", predicate="version", object="postgres 14")
+    kept = store(service, subject="cache", predicate="version", object="redis 6")
+    clock.advance(10)
+    store(service, subject="db", predicate="version", object="postgres 15")
+    clock.advance(100)
+    store(service, subject="cache", predicate="version", object="redis 7")
+    clock.advance(80)  # db 14 superseded 180 days ago (not past yet); cache 6 for 80 days
+    assert service.sweep_retention(force=True) == 0
+    clock.advance(1)
+    assert service.settings.lifecycle.max_memories == 0  # no budget at all
+    assert service.sweep_retention(force=True) == 1
+    assert not service.meta.memory_exists(expired)
+    assert service.meta.memory_exists(kept)
+    assert expired not in service.index.points_by_memory()
+    [entry] = service.meta.audit_entries("default", "evict")
+    assert entry["memory_id"] == expired
+    history = service.recall({"query": "db version postgres", "include_invalidated": True})
+    assert expired not in [r["id"] for r in history["results"]]
+
+
+def test_retention_sweep_runs_when_the_store_opens(
+    make_service: ServiceFactory, tmp_path: Any
+) -> None:
+    clock = MovableClock(T0)
+    data = tmp_path / "reopened"
+    first = make_service(data, clock=clock)
+    old = store(first, subject="queue", predicate="uses", object="rabbitmq")
+    store(first, subject="queue", predicate="uses", object="kafka")
+    first.close()
+    clock.advance(181)
+    second = make_service(data, clock=clock)
+    second.ensure_ready()
+    assert not second.meta.memory_exists(old)
+    assert second.stats({"detailed": True})["evictions"]["total"] == 1
+
+
+def test_pinning_through_reflect_protects_from_eviction(make_service: ServiceFactory) -> None:
+    service = make_service(clock=lambda: NOW)
+    keep = store(service, content="the original data-center lease was signed in 2019",
+                 timestamp=to_iso(NOW - timedelta(days=400)))
+    other = store(service, content="a printer jam stopped the payroll run for an hour",
+                  timestamp=to_iso(NOW - timedelta(days=300)))
+    assert service.reflect({"pin_ids": [keep]})["pinned"] == [keep]
+    assert service.meta.get_memory(keep).pinned  # type: ignore[union-attr]
+    candidates = [c["id"] for c in service.reflect({})["forget_candidates"]]
+    assert candidates == [other]  # pinned memories are not offered for forgetting
+    service.settings.lifecycle.max_memories = 1
+    assert service.enforce_budget() == 1
+    assert service.meta.memory_exists(keep) and not service.meta.memory_exists(other)
+    service.settings.lifecycle.max_memories = 0
+    assert service.reflect({"unpin_ids": [keep]})["unpinned"] == [keep]
+    service.settings.lifecycle.max_memories = 0
+    service.store({"content": "the board approved the budget for the new office"})
+    service.settings.lifecycle.max_memories = 1
+    assert service.enforce_budget() == 1
+    assert not service.meta.memory_exists(keep)

@@ -1,0 +1,190 @@
+"""Deduplication on write (spec store step 2, "Deduplication" unit tests).
+
+Proves ``find_duplicate`` at its boundary (strictly above the threshold, the closest wins) and, on a
+real MemoryService with the real MiniLM model: a near-duplicate rewording is rejected with code
+``duplicate``, the existing id and the cosine; a cosine at or below the (configurable) threshold
+stores; ``supersedes`` bypasses the check and invalidates the original; types and namespaces never
+cross-deduplicate; items of one bulk batch deduplicate against each other; and a rejected store
+changes nothing in SQLite (every table, every row) or in the vector index.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import numpy as np
+import pytest
+from tests.conftest import ServiceFactory
+
+from ferrex.core.dedup import find_duplicate
+from ferrex.core.errors import FerrexError
+from ferrex.core.ports import IndexHit
+from ferrex.core.service import MemoryService
+from ferrex.embed.embedder import FastEmbedEmbedder
+
+ORIGINAL = "user debugged a deadlock in the connection pool by switching to tokio::sync::Semaphore"
+REWORDED = "the user fixed a deadlock in the connection pool by switching to tokio::sync::Semaphore"
+DIFFERENT = "the nightly backup job failed because the disk on db-2 was full"
+
+
+def cosine(embedder: FastEmbedEmbedder, a: str, b: str) -> float:
+    va, vb = embedder.embed_documents([a, b])
+    return float(np.dot(va, vb))
+
+
+def hit(memory_id: str, score: float) -> IndexHit:
+    return IndexHit(point_id=f"p-{memory_id}", memory_id=memory_id, score=score)
+
+
+def snapshot(service: MemoryService) -> dict[str, Any]:
+    """Every row of every SQLite table plus the index's points, for before/after comparisons."""
+    connection = sqlite3.connect(service.settings.db_path)
+    try:
+        tables = [
+            row[0]
+            for row in connection.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            )
+        ]
+        rows = {
+            table: sorted(map(repr, connection.execute(f"SELECT * FROM {table}")))
+            for table in tables
+        }
+    finally:
+        connection.close()
+    return {"sqlite": rows, "index": service.index.points_by_memory()}
+
+
+def rejected(service: MemoryService, arguments: dict[str, Any]) -> FerrexError:
+    with pytest.raises(FerrexError) as error:
+        service.store(arguments)
+    return error.value
+
+
+# --------------------------------------------------------------------------- find_duplicate
+
+
+def test_above_threshold_is_a_duplicate() -> None:
+    found = find_duplicate([hit("mem_a", 0.9512345)], 0.95)
+    assert found is not None and found.memory_id == "mem_a" and found.similarity == 0.9512
+
+
+def test_at_or_below_threshold_is_not() -> None:
+    assert find_duplicate([hit("mem_a", 0.95)], 0.95) is None
+    assert find_duplicate([hit("mem_a", 0.7)], 0.95) is None
+    assert find_duplicate([], 0.95) is None
+
+
+def test_closest_hit_wins_and_ties_break_by_id() -> None:
+    found = find_duplicate([hit("mem_b", 0.96), hit("mem_c", 0.99), hit("mem_a", 0.97)], 0.95)
+    assert found is not None and found.memory_id == "mem_c"
+    tie = find_duplicate([hit("mem_b", 0.98), hit("mem_a", 0.98)], 0.95)
+    assert tie is not None and tie.memory_id == "mem_a"
+
+
+# --------------------------------------------------------------------------- service
+
+
+def test_rewording_is_rejected_with_the_existing_id(
+    service: MemoryService, embedder: FastEmbedEmbedder
+) -> None:
+    measured = cosine(embedder, ORIGINAL, REWORDED)
+    assert measured > 0.95
+    original = service.store({"content": ORIGINAL})
+    error = rejected(service, {"content": REWORDED})
+    assert error.code == "duplicate"
+    assert error.details["existing_id"] == original["id"]
+    assert error.details["similarity"] == pytest.approx(measured, abs=2e-3)
+    assert error.message.startswith(f"similar memory already exists: {original['id']}")
+
+
+def test_threshold_is_configurable_and_strict(
+    make_service: ServiceFactory, embedder: FastEmbedEmbedder
+) -> None:
+    measured = cosine(embedder, ORIGINAL, REWORDED)
+    lenient = make_service(dedup={"threshold": round(measured + 0.002, 4)})
+    lenient.store({"content": ORIGINAL})
+    assert lenient.store({"content": REWORDED})["status"] == "stored"
+    strict = make_service(dedup={"threshold": round(measured - 0.002, 4)})
+    first = strict.store({"content": ORIGINAL})
+    assert rejected(strict, {"content": REWORDED}).details["existing_id"] == first["id"]
+
+
+def test_dissimilar_memory_is_stored(service: MemoryService) -> None:
+    service.store({"content": ORIGINAL})
+    assert service.store({"content": DIFFERENT})["status"] == "stored"
+    assert service.meta.count_memories() == 2
+
+
+def test_supersedes_bypasses_dedup_and_invalidates_the_original(service: MemoryService) -> None:
+    original = service.store({"content": ORIGINAL})
+    replacement = service.store({"content": REWORDED, "supersedes": original["id"]})
+    assert replacement["status"] == "stored" and replacement["superseded"] == [original["id"]]
+    old = service.meta.get_memory(original["id"])
+    assert old.t_invalid is not None and old.superseded_by == replacement["id"]
+    found = service.recall({"query": "connection pool deadlock semaphore"})["results"]
+    assert [r["id"] for r in found] == [replacement["id"]]
+    [entry] = service.meta.audit_entries("default", "supersede")
+    assert (entry["memory_id"], entry["other_id"]) == (original["id"], replacement["id"])
+
+
+def test_types_never_cross_deduplicate(service: MemoryService) -> None:
+    episodic = service.store({"content": "api-server uses tokio 1.38"})
+    semantic = service.store({"subject": "api-server", "predicate": "uses", "object": "tokio 1.38"})
+    procedural = service.store({"type": "procedural", "content": "api-server uses tokio 1.38"})
+    assert [episodic["type"], semantic["type"], procedural["type"]] == [
+        "episodic",
+        "semantic",
+        "procedural",
+    ]
+    assert all(r["status"] == "stored" for r in (episodic, semantic, procedural))
+    assert service.meta.count_memories() == 3
+
+
+def test_each_type_deduplicates_within_itself(service: MemoryService) -> None:
+    first = service.store(
+        {"type": "procedural", "content": "restart the worker then clear the cache"}
+    )
+    error = rejected(
+        service, {"type": "procedural", "content": "restart the worker, then clear the cache"}
+    )
+    assert error.details["existing_id"] == first["id"]
+
+
+def test_namespaces_never_cross_deduplicate(service: MemoryService) -> None:
+    service.store({"content": ORIGINAL, "namespace": "alpha"})
+    other = service.store({"content": ORIGINAL, "namespace": "beta"})
+    assert other["status"] == "stored" and other["namespace"] == "beta"
+
+
+def test_bulk_items_deduplicate_against_each_other(service: MemoryService) -> None:
+    results = service.store_many(
+        [{"content": ORIGINAL}, {"content": REWORDED}, {"content": DIFFERENT}]
+    )
+    assert results[0]["status"] == "stored" and results[2]["status"] == "stored"
+    assert results[1]["error"]["code"] == "duplicate"
+    assert results[1]["error"]["existing_id"] == results[0]["id"]
+    assert service.meta.count_memories() == 2
+    assert set(service.index.points_by_memory()) == {results[0]["id"], results[2]["id"]}
+
+
+def test_rejected_store_changes_nothing(service: MemoryService) -> None:
+    service.store({"content": ORIGINAL, "entities": ["connection pool"]})
+    service.recall({"query": "deadlock"})
+    service.access.flush()
+    before = snapshot(service)
+    error = rejected(
+        service,
+        {
+            "content": REWORDED,
+            "entities": ["tokio::sync::Semaphore", "Connection-Pool", "brand new entity"],
+            "source": f"memory:{next(iter(before['index']))}",
+        },
+    )
+    assert error.code == "duplicate"
+    service.access.flush()
+    assert snapshot(service) == before
+    # The rolled-back entities did not linger in any cache either.
+    fresh = service.store({"content": DIFFERENT, "entities": ["brand new entity"]})
+    assert fresh["entities"][0]["resolved_by"] == "new"

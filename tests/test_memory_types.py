@@ -1,0 +1,126 @@
+"""Memory type auto-detection (spec store step 1, "Memory type auto-detection" unit tests).
+
+Proves ``detect_type`` (subject+predicate+object -> semantic; steps or conditions -> procedural;
+everything else -> episodic; an explicit type overrides) and, through a real MemoryService, that
+the detected type is what gets stored and recalled, that each type's required fields are enforced
+with a clear error (and nothing written), and what text each type embeds.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from ferrex.core.errors import FerrexError
+from ferrex.core.memory import Memory, MemoryType, detect_type, embed_text, semantic_embed_text
+from ferrex.core.service import MemoryService
+
+NOW = datetime(2026, 4, 1, tzinfo=UTC)
+
+
+def detect(explicit: str | None = None, **fields: Any) -> MemoryType:
+    triple = [fields.get(k) for k in ("subject", "predicate", "object")]
+    return detect_type(
+        explicit,
+        has_triple_field=any(v is not None for v in triple),
+        has_full_triple=all(v is not None for v in triple),
+        has_procedure_fields=bool(fields.get("steps") or fields.get("conditions")),
+    )
+
+
+# --------------------------------------------------------------------------- detect_type
+
+
+def test_full_triple_is_semantic() -> None:
+    assert detect(subject="api", predicate="uses", object="tokio") is MemoryType.SEMANTIC
+    assert detect(subject="a", predicate="b", object="c", content="x") is MemoryType.SEMANTIC
+
+
+@pytest.mark.parametrize("fields", [{"steps": ["build"]}, {"conditions": ["on main"]}])
+def test_steps_or_conditions_are_procedural(fields: dict[str, Any]) -> None:
+    assert detect(**fields) is MemoryType.PROCEDURAL
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"content": "debugged a deadlock"},
+        {"content": "x", "subject": "api", "predicate": "uses"},  # partial triple
+        {"content": "x", "steps": []},
+    ],
+)
+def test_everything_else_is_episodic(fields: dict[str, Any]) -> None:
+    assert detect(**fields) is MemoryType.EPISODIC
+
+
+@pytest.mark.parametrize("explicit", ["episodic", "semantic", "procedural"])
+def test_explicit_type_overrides_detection(explicit: str) -> None:
+    fields = {"subject": "a", "predicate": "b", "object": "c", "steps": ["s"], "content": "x"}
+    assert detect(explicit, **fields) is MemoryType(explicit)
+
+
+def test_embed_text_by_type() -> None:
+    assert semantic_embed_text("api-server", "depends_on", "tokio 1.38") == (
+        "api-server depends on tokio 1.38"
+    )
+    episodic = Memory(
+        id="mem_a",
+        namespace="default",
+        type=MemoryType.EPISODIC,
+        created_at=NOW,
+        updated_at=NOW,
+        event_time=NOW,
+        content="fixed the pool",
+    )
+    assert embed_text(episodic) == "fixed the pool"
+
+
+# --------------------------------------------------------------------------- service
+
+
+def test_stored_types_follow_detection(service: MemoryService) -> None:
+    semantic = service.store({"subject": "api-server", "predicate": "uses", "object": "tokio"})
+    procedural = service.store({"name": "deploy", "steps": ["build release", "push image"]})
+    episodic = service.store({"content": "paired with dana on the flaky integration test"})
+    stored = service.meta.get_memories([semantic["id"], procedural["id"], episodic["id"]])
+    assert [semantic["type"], procedural["type"], episodic["type"]] == [
+        "semantic",
+        "procedural",
+        "episodic",
+    ]
+    assert {m.type.value for m in stored.values()} == {"semantic", "procedural", "episodic"}
+    assert (
+        stored[procedural["id"]].content
+        == "Procedure: deploy\nSteps:\n1. build release\n2. push image"
+    )
+
+
+def test_explicit_type_overrides_on_store(service: MemoryService) -> None:
+    note = service.store(
+        {"type": "episodic", "content": "talked about tokio", "subject": "api", "predicate": "x"}
+    )
+    recipe = service.store({"type": "procedural", "content": "1. stop\n2. start"})
+    assert (note["type"], recipe["type"]) == ("episodic", "procedural")
+    recalled = service.recall({"query": "stop start", "types": ["procedural"]})["results"]
+    assert [r["id"] for r in recalled] == [recipe["id"]]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "field"),
+    [
+        ({"type": "semantic", "subject": "api", "predicate": "uses"}, "object"),
+        ({"subject": "api", "predicate": "uses"}, "content"),  # partial triple -> episodic
+        ({"type": "procedural", "name": "deploy"}, "content"),
+        ({"type": "episodic"}, "content"),
+    ],
+)
+def test_missing_required_fields_are_clear_errors(
+    service: MemoryService, arguments: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(FerrexError) as error:
+        service.store(arguments)
+    assert error.value.code == "missing_field" and error.value.details["field"] == field
+    assert service.meta.count_memories() == 0
+    assert service.index.points_by_memory() == {}

@@ -1,0 +1,179 @@
+"""The recall cache (spec Phase 5 "Semantic caching on recall": LRU, embed-hash keyed).
+
+Proves: a cache hit returns exactly what a miss would have, compared over a sequence of recalls
+with every kind of parameter between a cache-enabled and a cache-disabled service on identical
+copies of one store (and on one service before and after ``cache.invalidate()``), including
+freshness that changed since the entry was cached; hits are counted (detailed stats); any store
+or forget in the namespace invalidates it and the results change accordingly; a write to another
+namespace does not.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.test_staleness import MovableClock
+
+from ferrex.core.clock import to_iso
+from ferrex.core.service import MemoryService
+
+NOW = datetime(2026, 5, 4, 8, 30, tzinfo=UTC)
+ServiceFactory = Callable[..., MemoryService]
+QUIET_ACCESS = {"access_flush_seconds": 60}  # only explicit flushes write access bumps
+
+
+def ago(days: float) -> str:
+    return to_iso(NOW - timedelta(days=days))
+
+
+MEMORIES: list[dict[str, Any]] = [
+    {"content": "the payments service timed out because the connection pool was too small",
+     "entities": ["payments", "connection-pool"], "timestamp": ago(2)},
+    {"content": "we raised the payments connection pool from 10 to 50 connections",
+     "entities": ["payments", "connection-pool"], "timestamp": ago(45)},
+    {"content": "an old incident: the payments database ran out of disk space",
+     "entities": ["payments"], "timestamp": ago(140)},
+    {"content": "the search team tuned the Elasticsearch heap to 16 GB",
+     "entities": ["search"], "timestamp": ago(10)},
+    {"subject": "payments", "predicate": "uses", "object": "postgres 14", "timestamp": ago(300)},
+    {"subject": "payments", "predicate": "uses", "object": "postgres 16", "timestamp": ago(20)},
+    {"type": "procedural", "name": "resize-connection-pool",
+     "steps": ["edit the pool size in values.yaml", "roll the deployment",
+               "watch the pool saturation graph"]},
+]
+
+QUERIES: list[dict[str, Any]] = [
+    {"query": "payments connection pool timeout"},
+    {"query": "payments connection pool timeout", "limit": 2},
+    {"query": "payments connection pool timeout", "include_stale": True},
+    {"query": "what database does payments use", "include_invalidated": True},
+    {"query": "what database does payments use", "types": ["semantic"]},
+    {"query": "payments incidents", "entities": ["payments"], "include_stale": True},
+    {"query": "payments incidents", "time_range": {"after": ago(60)}},
+    {"query": "how to resize the pool", "max_tokens": 40},
+    {"query": "heap size of the search cluster", "entities": ["search", "nobody-knows"]},
+]
+
+
+def seed(service: MemoryService) -> None:
+    for item in MEMORIES:
+        assert "error" not in service.store(item)
+
+
+@pytest.fixture
+def twin_stores(make_service: ServiceFactory, tmp_path: Path) -> tuple[Path, Path]:
+    """Two identical copies of one store on disk."""
+    original = tmp_path / "original"
+    builder = make_service(original, clock=lambda: NOW)
+    seed(builder)
+    builder.close()
+    copy = tmp_path / "copy"
+    shutil.copytree(original, copy)
+    return original, copy
+
+
+def test_hits_return_exactly_what_misses_return(
+    make_service: ServiceFactory, twin_stores: tuple[Path, Path]
+) -> None:
+    clock = MovableClock(NOW)
+    cached = make_service(twin_stores[0], clock=clock, lifecycle=QUIET_ACCESS)
+    uncached = make_service(
+        twin_stores[1], clock=clock, lifecycle=QUIET_ACCESS, cache={"enabled": False}
+    )
+    for round_number in range(3):
+        for query in QUERIES:
+            hit_or_miss = cached.recall(query)
+            reference = uncached.recall(query)
+            assert hit_or_miss == reference, (round_number, query)
+            assert reference["results"] or reference["stale_held_back"], query
+        cached.access.flush()
+        uncached.access.flush()
+        clock.advance(30)  # ages everything: staleness changes under the cached entries
+    counters = cached.stats({"detailed": True})["cache"]
+    # limit and include_stale apply after the cached retrieval: the first three queries share
+    # one entry, so 7 distinct entries were missed once and hit every other time.
+    assert counters["misses"] == len(QUERIES) - 2
+    assert counters["hits"] == 3 * len(QUERIES) - counters["misses"]
+    assert uncached.stats({"detailed": True})["cache"]["hits"] == 0
+
+
+def test_hit_equals_the_miss_after_invalidate(make_service: ServiceFactory) -> None:
+    service = make_service(clock=lambda: NOW, lifecycle=QUIET_ACCESS)
+    seed(service)
+    query = {"query": "payments connection pool timeout", "include_stale": True}
+    first = service.recall(query)
+    service.access.flush()
+    hit = service.recall(query)
+    assert service.cache.stats()["hits"] == 1
+    assert hit != first  # the access bump of the first call shows through the cached entry
+    assert {r["freshness"]["access_count"] for r in hit["results"]} == {1}
+    service.cache.invalidate()
+    miss = service.recall(query)
+    assert service.cache.stats()["hits"] == 1
+    assert miss == hit
+
+
+def test_explain_reports_cache_hits(service: MemoryService) -> None:
+    seed(service)
+    query = {"query": "payments connection pool timeout", "explain": True}
+    assert service.recall(query)["cache_hit"] is False
+    assert service.recall(query)["cache_hit"] is True
+
+
+def ids_of(answer: dict[str, Any]) -> list[str]:
+    return [r["id"] for r in answer["results"]]
+
+
+def test_store_in_the_namespace_invalidates(service: MemoryService) -> None:
+    seed(service)
+    query = {"query": "search cluster heap size", "limit": 10}
+    before = service.recall(query)
+    service.recall(query)
+    hits = service.cache.stats()["hits"]
+    assert hits == 1
+    new = service.store({"content": "the search cluster heap was lowered to 12 GB after GC pauses"})
+    after = service.recall(query)
+    assert service.cache.stats()["hits"] == hits  # a miss
+    assert new["id"] in ids_of(after) and new["id"] not in ids_of(before)
+
+
+def test_forget_in_the_namespace_invalidates(service: MemoryService) -> None:
+    seed(service)
+    query = {"query": "search cluster heap size", "limit": 10}
+    before = service.recall(query)
+    service.recall(query)
+    victim = ids_of(before)[0]
+    service.forget({"ids": [victim]})
+    after = service.recall(query)
+    assert service.cache.stats()["hits"] == 1
+    assert victim not in ids_of(after)
+    assert ids_of(after) == [i for i in ids_of(before) if i != victim]
+
+
+def test_a_write_to_another_namespace_keeps_the_cache(service: MemoryService) -> None:
+    seed(service)
+    query = {"query": "search cluster heap size", "limit": 10}
+    before = service.recall(query)
+    service.store({"content": "the search cluster heap is 64 GB in the analytics project",
+                   "namespace": "analytics"})
+    other = service.recall({**query, "namespace": "analytics"})
+    assert len(other["results"]) == 1
+    again = service.recall(query)
+    assert service.cache.stats()["hits"] == 1
+    assert ids_of(again) == ids_of(before)
+
+
+def test_each_spelling_of_a_query_has_its_own_entry(service: MemoryService) -> None:
+    """Uncased embeddings make "Tokio" and "tokio" one vector; a cased cross-encoder scores
+    them differently, so they must not share cached scores."""
+    seed(service)
+    service.recall({"query": "Payments connection pool"})
+    service.recall({"query": "payments connection pool"})
+    assert service.cache.stats()["hits"] == 0
+    service.recall({"query": "payments connection pool"})
+    assert service.cache.stats()["hits"] == 1
