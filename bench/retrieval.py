@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_LOCOMO = REPO.parent / "shared" / "eval" / "locomo-dev" / "locomo-dev.json"
@@ -333,17 +333,24 @@ def timed_recall(service: Any, arguments: dict[str, Any]) -> tuple[dict[str, Any
 
 
 def rrf(channels: Sequence[tuple[Sequence[str], float]], k: int, limit: int) -> list[str]:
-    """Weighted reciprocal rank fusion of ranked id lists, ties by id: with weights 1:1 this is
-    the product's hybrid query (Qdrant's RRF over the dense and BM25 prefetches)."""
+    """Weighted reciprocal rank fusion of ranked id lists: ``sum w / (k + position)``, position
+    counted from 0, ties by id. With weights 1:1 this is the product's hybrid fusion
+    (``core.retrieval.fuse_rrf``, the same formula as Qdrant's ``Fusion.Rrf``)."""
     scores: dict[str, float] = {}
     for ranked, weight in channels:
-        for rank, item in enumerate(ranked, start=1):
-            scores[item] = scores.get(item, 0.0) + weight / (k + rank)
+        for position, item in enumerate(ranked):
+            scores[item] = scores.get(item, 0.0) + weight / (k + position)
     ordered = sorted(scores.items(), key=lambda pair: (-pair[1], pair[0]))
     return [item for item, _ in ordered[:limit]]
 
 
-Channels = dict[int, tuple[list[str], list[str]]]
+class ChannelLists(NamedTuple):
+    dense: list[str]
+    bm25: list[str]
+    bm25_scores: list[float]
+
+
+Channels = dict[int, ChannelLists]
 
 
 def channel_lists(service: Any, query: str, namespace: str, depths: Iterable[int]) -> Channels:
@@ -359,8 +366,13 @@ def channel_lists(service: Any, query: str, namespace: str, depths: Iterable[int
     out: Channels = {}
     for depth in sorted(set(depths)):
         dense = service.index.dense_search(vector, flt, depth, cfg.hnsw_ef)
-        bm25 = service.index.sparse_search(sparse, flt, depth)
-        out[depth] = (unique(h.memory_id for h in dense), unique(h.memory_id for h in bm25))
+        bm25: dict[str, float] = {}
+        for hit in service.index.sparse_search(sparse, flt, depth):
+            if hit.memory_id and hit.memory_id not in bm25:
+                bm25[hit.memory_id] = hit.score
+        out[depth] = ChannelLists(
+            unique(h.memory_id for h in dense), list(bm25), list(bm25.values())
+        )
     return out
 
 
@@ -428,6 +440,23 @@ def content_of(turn: Turn, fmt: str, captions: bool) -> str:
     return f"{turn.speaker}: {text}"
 
 
+class DatedBm25:
+    """Simulates a src change without making it: the episodic event date indexed as words in the
+    memory's BM25 document only (content, dense vector and token budget unchanged). The
+    service's sparse encoder is wrapped before ingestion; queries pass through unchanged."""
+
+    def __init__(self, inner: Any, dates: dict[str, str]) -> None:
+        self.inner = inner
+        self.dates = dates
+
+    def encode_document(self, text: str) -> Any:
+        date = self.dates.get(text)
+        return self.inner.encode_document(f"{date} {text}" if date else text)
+
+    def encode_query(self, text: str) -> Any:
+        return self.inner.encode_query(text)
+
+
 @dataclass
 class Stored:
     """Where each dialog turn ended up (memory id), per conversation."""
@@ -455,6 +484,14 @@ def ingest_locomo(
                 item["entities"] = [turn.speaker]
             items.append(item)
             owners.append((conv, turn))
+    if args.bm25_date:
+        dates = {
+            item["content"]: f"{turn.date.day} {turn.date:%B %Y}"
+            for item, (_, turn) in zip(items, owners, strict=True)
+        }
+        encoder = DatedBm25(service.sparse, dates)
+        service.sparse = encoder
+        service.sync.sparse = encoder
     start = time.perf_counter()
     results = service.store_many(items, batch=args.batch)
     elapsed = time.perf_counter() - start
@@ -735,13 +772,19 @@ def fused_pools(
     p_top: int,
     p_long: int,
     bm25_long: int | None = None,
+    bm25_floor: float | None = None,
 ) -> Pools:
-    """What the hybrid query fuses (prefetch p per channel, 2p fused) for both calls;
-    ``bm25_long`` caps the BM25 prefetch of the long call (dense keeps ``p_long``)."""
+    """What the hybrid query fuses (prefetch p per channel, 2p fused) for both calls.
+    ``bm25_long`` caps the BM25 prefetch of the long call (dense keeps ``p_long``);
+    ``bm25_floor`` drops BM25 hits scoring below that fraction of the channel's best score."""
 
     def fuse(depth: int, bm25_depth: int) -> list[str]:
-        dense = chans[depth][0]
-        bm25 = chans[bm25_depth][1]
+        dense = chans[depth].dense
+        lists = chans[bm25_depth]
+        bm25 = lists.bm25
+        if bm25_floor is not None and lists.bm25_scores:
+            cut = bm25_floor * lists.bm25_scores[0]
+            bm25 = [m for m, score in zip(bm25, lists.bm25_scores, strict=True) if score >= cut]
         return rrf([(dense, weights[0]), (bm25, weights[1])], k, 2 * depth)
 
     return Pools(fuse(p_top, p_top), fuse(p_long, min(bm25_long or p_long, p_long)))
@@ -762,14 +805,22 @@ def locomo_variants(
     if channels is None:
         return {}
     cfg = service.settings.retrieval
-    neighbours = {cid: neighbour_map(s, args.neighbour_window) for cid, s in stored.items()}
+    maps: dict[int, dict[str, dict[str, list[str]]]] = {}
+
+    def neighbours_of(cid: str, window: int) -> dict[str, list[str]]:
+        if window not in maps:
+            maps[window] = {c: neighbour_map(s, window) for c, s in stored.items()}
+        return maps[window][cid]
+
     speaker_of = {mid: t.speaker for s in stored.values() for mid, t in s.turn_of.items()}
     p_top = max(cfg.prefetch_limit, 2 * TOP_K)
     p_long = max(cfg.prefetch_limit, 2 * BUDGET_LIMIT)
     base = [fused_pools(ch, (1.0, 1.0), cfg.rrf_k, p_top, p_long) for ch in channels]
 
-    def with_neighbours(pools: Pools, conv: Conversation, triggers: int, decay: float) -> Pools:
-        near = neighbours[conv.sample_id]
+    def with_neighbours(
+        pools: Pools, conv: Conversation, triggers: int, decay: float, window: int
+    ) -> Pools:
+        near = neighbours_of(conv.sample_id, window)
 
         def expand(ranked: Sequence[str]) -> list[str]:
             return expand_neighbours(
@@ -789,17 +840,20 @@ def locomo_variants(
         )
 
     def combo(i: int, conv: Conversation, q: Question, spec: str) -> Pools:
-        """ "k=10,w=1:1.5,speaker=2,nb=20:0.6": fusion first, then boost, then neighbours."""
+        """ "k=10,w=1:1.5,bd=50,speaker=2,nb=20:0.6,nw=2": fusion (k, weights, BM25 prefetch of
+        the long call), then the speaker boost, then neighbours (triggers:decay, window)."""
         steps = dict(part.split("=", 1) for part in spec.split(",") if part)
         weights = pairs(steps.get("w", "1:1"))[0]
         k = int(steps.get("k", cfg.rrf_k))
         bm25_long = int(steps["bd"]) if "bd" in steps else None
-        pools = fused_pools(channels[i], weights, k, p_top, p_long, bm25_long)
+        floor = float(steps["bf"]) if "bf" in steps else None
+        pools = fused_pools(channels[i], weights, k, p_top, p_long, bm25_long, floor)
         if "speaker" in steps:
             pools = with_speaker(pools, conv, q, float(steps["speaker"]))
         if "nb" in steps:
             triggers, decay = neighbour_settings(steps["nb"])[0]
-            pools = with_neighbours(pools, conv, triggers, decay)
+            window = int(steps.get("nw", args.neighbour_window))
+            pools = with_neighbours(pools, conv, triggers, decay, window)
         return pools
 
     Recipe = Callable[[int, Conversation, Question], Pools]
@@ -834,7 +888,9 @@ def locomo_variants(
         )
     for triggers, decay in args.neighbour_settings:
         recipes[f"neighbours +-{args.neighbour_window} of top {triggers}, decay {decay:g}"] = (
-            lambda i, c, q, t=triggers, d=decay: with_neighbours(base[i], c, t, d)
+            lambda i, c, q, t=triggers, d=decay: with_neighbours(
+                base[i], c, t, d, args.neighbour_window
+            )
         )
     for factor in args.speaker_boosts:
         recipes[f"speaker boost x{factor:g}"] = lambda i, c, q, f=factor: with_speaker(
@@ -966,6 +1022,11 @@ def ingest_beir(
         )
         ids.append(did)
     prep = time.perf_counter() - start
+    if args.bm25_date:  # BEIR memories carry no event time: they are dated "now" (the clock)
+        stamp = f"{NOW.day} {NOW:%B %Y}"
+        encoder = DatedBm25(service.sparse, {item["content"]: stamp for item in items})
+        service.sparse = encoder
+        service.sync.sparse = encoder
     results = service.store_many(items, batch=args.batch)
     elapsed = time.perf_counter() - start
     memory_of: dict[str, str] = {}
@@ -1048,11 +1109,15 @@ def beir_variants(
     p_deep = max(cfg.prefetch_limit, 2 * BEIR_DEPTH)
 
     def lists(
-        weights: tuple[float, float], k: int, p1: int, bm25_deep: int | None = None
+        weights: tuple[float, float],
+        k: int,
+        p1: int,
+        bm25_deep: int | None = None,
+        floor: float | None = None,
     ) -> list[tuple[list[str], list[str]]]:
         got = []
         for ch in chans:
-            pools = fused_pools(ch, weights, k, p1, p_deep, bm25_deep)
+            pools = fused_pools(ch, weights, k, p1, p_deep, bm25_deep, floor)
             got.append(
                 (
                     [doc_of[m] for m in pools.top[:TOP_K]],
@@ -1113,8 +1178,37 @@ def beir_variants(
         weights = pairs(steps.get("w", "1:1"))[0]
         k = int(steps.get("k", cfg.rrf_k))
         bm25_deep = int(steps["bd"]) if "bd" in steps else None
+        floor = float(steps["bf"]) if "bf" in steps else None
         out[f"combo: {spec} (fusion steps only)"] = beir_scores(
-            qids, data.qrels, lists(weights, k, p_top, bm25_deep)
+            qids, data.qrels, lists(weights, k, p_top, bm25_deep, floor)
+        )
+    # Neighbour expansion applied blindly (no session key): SciFact documents share one
+    # timestamp, so "adjacent" can only mean adjacent in storage order. Shows why the idea must
+    # be gated on an explicit conversation/session key.
+    order = list(doc_of.values())
+    position = {did: i for i, did in enumerate(order)}
+
+    def blind_neighbours(did: str) -> list[str]:
+        i = position[did]
+        return [order[j] for j in (i - 1, i + 1) if 0 <= j < len(order)]
+
+    for triggers, decay in args.neighbour_settings[:1]:
+        out[f"neighbours +-1 of top {triggers}, decay {decay:g}, by storage order (no session)"] = (
+            beir_scores(
+                qids,
+                data.qrels,
+                [
+                    (
+                        expand_neighbours(top, blind_neighbours, triggers=triggers, decay=decay)[
+                            :TOP_K
+                        ],
+                        expand_neighbours(deep, blind_neighbours, triggers=triggers, decay=decay)[
+                            :BEIR_DEPTH
+                        ],
+                    )
+                    for top, deep in base_full
+                ],
+            )
         )
     if product is not None:
         out["_fidelity"] = {
@@ -1186,17 +1280,26 @@ def cpu_model() -> str:
 
 
 def git_commit() -> str | None:
+    """HEAD, plus "+dirty(files)" when src/ has uncommitted changes (read-only git calls)."""
     try:
-        out = subprocess.run(
+        head = subprocess.run(
             ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
             capture_output=True,
             text=True,
             check=False,
             timeout=5,
-        )
-        return out.stdout.strip() or None
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(REPO), "status", "--short", "--", "src"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=5,
+        ).stdout.split("\n")
     except (OSError, subprocess.SubprocessError):
         return None
+    changed = [line[3:] for line in dirty if line.strip()]
+    return f"{head}+dirty({', '.join(changed)})" if changed else head or None
 
 
 def fmt(value: float) -> str:
@@ -1413,6 +1516,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="Bm25Encoder(avg_len=...) for documents and queries (default: 256)",
     )
     exp.add_argument(
+        "--bm25-date",
+        action="store_true",
+        help="index each memory's event date in its BM25 document only (simulated src change)",
+    )
+    exp.add_argument(
         "--speaker-entities",
         action="store_true",
         help="store each LoCoMo turn with entities=[speaker]",
@@ -1429,7 +1537,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="also score post-processing variants (fusion, neighbours, boosts)",
     )
     exp.add_argument("--rrf-weights", type=pairs, default=pairs("1:1.5,1.5:1,1:2,2:1"))
-    exp.add_argument("--rrf-ks", type=numbers(int), default=[10, 30, 120])
+    exp.add_argument("--rrf-ks", type=numbers(int), default=[2, 5, 10, 20, 30, 120])
     exp.add_argument("--prefetch-sweep", type=numbers(int), default=[50, 100, 200])
     exp.add_argument("--neighbour-window", type=int, default=1)
     exp.add_argument(

@@ -43,9 +43,9 @@ from ferrex.store.sqlite import MetadataStore
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 PHASES = ("before_sqlite_commit", "after_sqlite_commit", "after_index_write")
-RANDOM_RUNS = 15
-SEED = 20260406
-VERIFY_FRESH = 20  # recall-checked after every restart (all are checked in SQLite)
+RANDOM_RUNS = int(os.environ.get("FERREX_CRASH_RANDOM_RUNS", "15"))  # bench/crash_long.py: more
+SEED = int(os.environ.get("FERREX_CRASH_SEED", "20260406"))
+VERIFY_FRESH = 15  # recall-checked after every restart (all are checked in SQLite)
 VERIFY_OLDER = 8
 
 _WORD_TEXT = """
@@ -116,6 +116,14 @@ def sqlite_ids(db_path: Path) -> set[str]:
 def ids_with_content(db_path: Path, text: str) -> set[str]:
     with read_only(db_path) as conn:
         rows = conn.execute("SELECT id FROM memories WHERE content = ?", (text,)).fetchall()
+    return {row[0] for row in rows}
+
+
+def fact_ids(db_path: Path, subject: str, obj: str) -> set[str]:
+    with read_only(db_path) as conn:
+        rows = conn.execute(
+            "SELECT id FROM memories WHERE subject = ? AND object = ?", (subject, obj)
+        ).fetchall()
     return {row[0] for row in rows}
 
 
@@ -274,7 +282,7 @@ async def verify_after_restart(client: Client, harness: Harness) -> None:
 
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(run_doctor)  # a CLI subprocess, concurrently with the recall checks
-        fresh = sorted(ledger.unverified)
+        fresh = sorted(ledger.unverified & set(ledger.present))  # stored, not since forgotten
         older = sorted(set(ledger.present) - ledger.unverified)
         sample = harness.rng.sample(fresh, min(VERIFY_FRESH, len(fresh)))
         sample += harness.rng.sample(older, min(VERIFY_OLDER, len(older)))
@@ -307,10 +315,13 @@ async def check_in_flight(client: Client, harness: Harness, op: Op | None) -> No
             harness.ledger.forgotten.add(op.target)
         return
     if op.kind == "store":
-        for memory_id in ids_with_content(harness.db_path, op.text):
-            found = await recall_ids(client, op.text)
-            assert memory_id in found, "a store cut by the kill is in SQLite but not recallable"
-            harness.ledger.present[memory_id] = op.text
+        landed = ids_with_content(harness.db_path, op.text)
+    else:
+        landed = fact_ids(harness.db_path, op.arguments["subject"], op.arguments["object"])
+    for memory_id in landed:
+        found = await recall_ids(client, op.text, include_invalidated=True)
+        assert memory_id in found, "a write cut by the kill is in SQLite but not recallable"
+        harness.ledger.present[memory_id] = op.text
 
 
 # =========================================================================== one run
@@ -351,6 +362,7 @@ async def hooked_run(client: Client, harness: Harness, phase: str, kind: str) ->
     pid = engine_pid(harness)
     marker = harness.data_dir.parent / "paused"
     if kind == "forget":
+        assert harness.ledger.present, "no acknowledged memory to forget yet"
         target = harness.rng.choice(sorted(harness.ledger.present))
         op = Op("forget", {"ids": [target]}, harness.ledger.present[target], target)
     else:
@@ -391,9 +403,11 @@ def expect_phase_outcome(
 
 
 def run_plan(rng: random.Random) -> list[tuple[str, Any]]:
-    """Random-delay runs with the six hooked runs spread among them (never first: forgets need
-    acknowledged memories)."""
-    plan: list[tuple[str, Any]] = [("random", rng.uniform(0.1, 1.3)) for _ in range(RANDOM_RUNS)]
+    """Random-delay runs with the six hooked runs spread among them (never first: the hooked
+    forgets need acknowledged memories, so the first two runs write for at least 0.8 s)."""
+    plan: list[tuple[str, Any]] = [
+        ("random", rng.uniform(0.8 if run < 2 else 0.1, 1.0)) for run in range(RANDOM_RUNS)
+    ]
     hooked = [("hook", (phase, kind)) for phase in PHASES for kind in ("store", "forget")]
     rng.shuffle(hooked)
     for position, item in zip(range(2, 2 * len(hooked) + 2, 2), hooked, strict=True):

@@ -36,9 +36,10 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from mcp import Client
-from tests.conftest import mcp_client
+from tests.conftest import make_settings, mcp_client
 
 import ferrex
+from ferrex.bootstrap import build_service
 from ferrex.core import errors
 
 ERROR_CODES = {
@@ -48,7 +49,9 @@ TOOLS = ("store", "recall", "forget", "reflect", "stats")
 NAMESPACES = ("default", "fuzz-a", "fuzz.b_2")
 ENTITY_POOL = ("Tokio", "PostgreSQL", "api server", "Ada Lovelace", "東京", "naïve café")
 QUERY_POOL = ("database migration", "deploy steps", "who owns the api", "tokio runtime", "café")
-EXAMPLES_PER_TOOL = int(os.environ.get("FERREX_FUZZ_EXAMPLES", "50"))
+EXAMPLES_PER_TOOL = int(os.environ.get("FERREX_FUZZ_EXAMPLES", "50"))  # bench/fuzz_long.py: more
+# CI replays the same generated calls every run; the long bench explores new ones each time.
+DERANDOMIZE = os.environ.get("FERREX_FUZZ_RANDOM", "") != "1"
 BATCH = (8, 16)
 LEAK_MARKERS = ("Traceback", 'File "', "site-packages", '.py", line', "/tmp/", "/home/")
 
@@ -509,7 +512,7 @@ def fuzz_tool(
     @settings(
         max_examples=EXAMPLES_PER_TOOL,
         deadline=None,
-        derandomize=True,
+        derandomize=DERANDOMIZE,
         database=None,
         # No shrinking: the server is stateful, and every assertion names the failing call.
         phases=[Phase.explicit, Phase.generate],
@@ -560,3 +563,44 @@ def test_thousands_of_generated_calls_never_crash_leak_or_change_state_when_reje
     for tool in TOOLS:
         assert fuzzer.rejected[tool] > 20, f"{tool}: too few hostile calls generated"
         assert fuzzer.calls[tool] - fuzzer.rejected[tool] > 20, f"{tool}: too few valid calls"
+
+
+# =========================================================================== pinned regressions
+
+
+HOSTILE_CASES: tuple[tuple[str, dict[str, Any], str], ...] = (
+    ("store", {"content": "x", "namespace": "team\n"}, errors.INVALID_NAMESPACE),
+    ("forget", {"ids": ["mem_0123456789abcdef\n"]}, errors.INVALID_PARAMS),
+    ("recall", {"query": "q", "as_of": "0001-01-01T00:00:00+01:00"}, errors.INVALID_PARAMS),
+    ("store", {"content": "x", "timestamp": "9999-12-31T23:59:59-12:00"}, errors.INVALID_PARAMS),
+    ("recall", {"query": "q", "version": 10**30}, errors.INVALID_PARAMS),
+    ("store", {"name": "p", "rollback_to": 2**63}, errors.INVALID_PARAMS),
+    ("store", {"name": "p", "steps": ["s" * 1_900] * 20}, errors.TOO_LARGE),
+    ("store", {"content": "x" * 32_001}, errors.TOO_LARGE),
+    ("recall", {"query": "q" * 4_001}, errors.TOO_LARGE),
+    ("recall", {"query": "q", "limit": 10_000}, errors.TOO_LARGE),
+    ("store", {"content": "x", "context": deep(12)}, errors.TOO_LARGE),
+    ("store", {"content": "x", "context": {"blob": "y" * 20_000}}, errors.TOO_LARGE),
+    ("store", {"content": "x\x00y"}, errors.INVALID_PARAMS),
+    ("reflect", {"pin_ids": ["../../etc/passwd"]}, errors.INVALID_PARAMS),
+    ("stats", {"detailed": "yes"}, errors.INVALID_PARAMS),
+    ("recall", {"query": "q", "types": [["episodic"]]}, errors.UNKNOWN_TYPE),
+)
+
+
+def test_hostile_inputs_are_refused_before_the_model_is_even_loaded(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    """Validation runs first: oversize or malformed calls never reach the embedder (its model is
+    still unloaded after all of them) and leave the store empty."""
+    service = build_service(make_settings(tmp_path / "lazy", models_dir))
+    try:
+        for tool, arguments, code in HOSTILE_CASES:
+            with pytest.raises(errors.FerrexError) as refused:
+                getattr(service, tool)(arguments)
+            assert refused.value.code == code, (tool, arguments, refused.value.to_dict())
+            check_error({"error": refused.value.to_dict()}, tmp_path)
+        assert service.embedder.loaded is False  # type: ignore[attr-defined]
+        assert service.meta.count_memories() == 0
+    finally:
+        service.close()

@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ferrex.config import Settings
+from ferrex.core.errors import MODEL_UNAVAILABLE, FerrexError
 from ferrex.core.service import PIN_NAME, PIN_VARIANT, MemoryService
 from ferrex.embed.bm25 import Bm25Encoder
 from ferrex.embed.embedder import FastEmbedEmbedder
-from ferrex.embed.models import BUNDLED_VARIANT, tier_for_model
+from ferrex.embed.models import BUNDLED_MODEL, BUNDLED_VARIANT, EMBEDDING_TIERS, tier_for_model
 from ferrex.embed.reranker import FastEmbedReranker
 from ferrex.store.edge import EdgeIndex
 from ferrex.store.sqlite import MetadataStore
@@ -23,6 +24,7 @@ class Options:
 
     explicit_model_tier: bool = False
     qdrant_client: object | None = None  # a ready QdrantClient (tests use ":memory:")
+    embedder: FastEmbedEmbedder | None = None  # an already loaded model (rebuild-index)
 
 
 def ensure_data_dir(path: Path) -> Path:
@@ -33,6 +35,29 @@ def ensure_data_dir(path: Path) -> Path:
     if mode & 0o077:
         os.chmod(path, 0o700)
     return path
+
+
+def load_requested_model(settings: Settings) -> FastEmbedEmbedder:
+    """Load exactly the model of ``settings.model_tier`` (for a model change), or refuse.
+
+    Never substitutes the bundled model for another tier: re-embedding a store with a model
+    other than the one asked for would be a silent model change.
+    """
+    tier = EMBEDDING_TIERS[settings.model_tier]
+    is_bundled = tier.model.lower() == BUNDLED_MODEL.lower()
+    embedder = FastEmbedEmbedder(
+        settings.model_tier,
+        settings.model_cache,
+        model_path=settings.model_path,
+        offline=settings.offline,
+        allow_bundled=is_bundled and settings.offline_fallback,
+        prefer_bundled=False,
+        threads=settings.threads,
+    )
+    embedder.load()
+    if embedder.info.name.lower() != tier.model.lower():  # pragma: no cover - defensive
+        raise FerrexError(MODEL_UNAVAILABLE, f"loaded {embedder.info.name} instead of {tier.model}")
+    return embedder
 
 
 def build_service(settings: Settings, options: Options | None = None) -> MemoryService:
@@ -49,7 +74,7 @@ def build_service(settings: Settings, options: Options | None = None) -> MemoryS
     if pinned is not None and (meta.get_meta(PIN_VARIANT) or "") == BUNDLED_VARIANT:
         prefer_bundled = True
     offline = settings.offline
-    embedder = FastEmbedEmbedder(
+    embedder = options.embedder or FastEmbedEmbedder(
         tier,
         settings.model_cache,
         model_path=settings.model_path,

@@ -86,7 +86,9 @@ def _common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ferrex",
-        description="Local-first long-term memory MCP server (stdio). Without a command, serves MCP.",
+        description=(
+            "Local-first long-term memory MCP server (stdio). Without a command, serves MCP."
+        ),
     )
     parser.add_argument("--version", action="version", version=f"ferrex {__version__}")
     _common(parser, suppress=False)
@@ -235,22 +237,33 @@ def render_doctor(report: dict[str, Any]) -> str:
         return "ok  " if ok else "FAIL"
 
     model = report.get("model", {})
+    permissions = report["permissions"]
+    reranker = report["reranker"]
+    sqlite, index = report["sqlite"], report["index"]
+    missing = report["missing_in_index"]["count"]
+    orphans = report["orphans_in_index"]["count"]
+    mismatched = report["chunk_mismatch"]["count"]
     lines = [
         f"ferrex doctor — {report['data_dir']}",
-        f"[{mark(report['permissions']['ok'])}] data dir permissions {report['permissions']['mode']}",
+        f"[{mark(permissions['ok'])}] data dir permissions {permissions['mode']}",
         f"[ok  ] schema version {report['schema_version']}",
         f"[ok  ] vector index mode: {report['mode']}",
         f"[{mark(bool(model.get('available')))}] embedding model: pinned {model.get('pinned')} "
         f"({model.get('dimension')}-d, {model.get('variant') or 'fastembed'})"
         + ("" if model.get("available") else f" — {model.get('error')}"),
-        f"[{'ok  ' if report['reranker']['available'] else 'warn'}] reranker: "
-        + ("available" if report["reranker"]["available"] else str(report["reranker"]["reason"])),
-        f"[{mark(report['journal_backlog'] == 0)}] journal backlog: {report['journal_backlog']}",
-        f"      SQLite: {report['sqlite']['memories']} memories, {report['sqlite']['expected_points']} expected points",
-        f"      index:  {report['index']['memories']} memories, {report['index']['points']} points",
-        f"[{mark(report['missing_in_index']['count'] == 0)}] missing in index: {report['missing_in_index']['count']}",
-        f"[{mark(report['orphans_in_index']['count'] == 0)}] orphans in index: {report['orphans_in_index']['count']}",
-        f"[{mark(report['chunk_mismatch']['count'] == 0)}] chunk mismatches: {report['chunk_mismatch']['count']}",
+        f"[{'ok  ' if reranker['available'] else 'warn'}] reranker: "
+        + ("available" if reranker["available"] else str(reranker["reason"])),
+        f"[{mark(report['journal_backlog'] == 0)}] journal backlog: {report['journal_backlog']}"
+        + (
+            f" (replayed {report['replayed_at_start']} unfinished writes at start-up)"
+            if report.get("replayed_at_start")
+            else ""
+        ),
+        f"      SQLite: {sqlite['memories']} memories, {sqlite['expected_points']} expected points",
+        f"      index:  {index['memories']} memories, {index['points']} points",
+        f"[{mark(missing == 0)}] missing in index: {missing}",
+        f"[{mark(orphans == 0)}] orphans in index: {orphans}",
+        f"[{mark(mismatched == 0)}] chunk mismatches: {mismatched}",
     ]
     if "repaired" in report:
         lines.append(f"      repaired: {report['repaired']}")
@@ -277,7 +290,7 @@ def _progress(label: str) -> Any:
 
 def _rebuild(settings: Settings, explicit_tier: bool) -> int:
     """Rebuild in this process (it must own the data dir: a model change needs exclusive access)."""
-    from ferrex.bootstrap import Options, build_service, ensure_data_dir
+    from ferrex.bootstrap import Options, build_service, ensure_data_dir, load_requested_model
     from ferrex.core.errors import FerrexError
     from ferrex.core.maintenance import rebuild
     from ferrex.server.engine import OwnerLock
@@ -286,17 +299,29 @@ def _rebuild(settings: Settings, explicit_tier: bool) -> int:
     lock = OwnerLock(settings.data_dir)
     if not lock.try_acquire():
         print(
-            f"error: a ferrex server (pid {lock.owner_pid()}) is using {settings.data_dir}; stop it "
-            "(close the MCP clients) and run rebuild-index again",
+            f"error: a ferrex server (pid {lock.owner_pid()}) is using {settings.data_dir}; "
+            "stop it (close the MCP clients) and run rebuild-index again",
             file=sys.stderr,
         )
         return 2
     try:
+        embedder = None
         if explicit_tier:
-            # A model change: unpin, mark the rebuild as pending (an interrupted rebuild resumes
-            # at the next start), then re-embed everything with the requested tier.
+            # A model change: load the requested model first (refusing, with the store
+            # untouched, when it cannot load), then unpin, mark the rebuild as pending (an
+            # interrupted rebuild resumes at the next start) and re-embed everything with it.
+            try:
+                embedder = load_requested_model(settings)
+            except FerrexError as exc:
+                print(
+                    f"error: cannot rebuild with --model-tier {settings.model_tier}: "
+                    f"{exc.message} Nothing was changed; the store keeps its current model.",
+                    file=sys.stderr,
+                )
+                return 2
             _unpin_for_rebuild(settings)
-        service = build_service(settings, Options(explicit_model_tier=explicit_tier))
+        options = Options(explicit_model_tier=explicit_tier, embedder=embedder)
+        service = build_service(settings, options)
         try:
             result = rebuild(service, _progress("rebuilding index"), repin=explicit_tier)
         finally:

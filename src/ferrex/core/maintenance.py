@@ -47,25 +47,28 @@ def doctor(service: MemoryService, *, repair: bool = False) -> dict[str, Any]:
     report["permissions"] = {"mode": oct(mode), "ok": not mode & 0o077}
     report["schema_version"] = meta.schema_version
     report["mode"] = service.index.mode
-    pinned = meta.get_meta(PIN_NAME)
-    model: dict[str, Any] = {
-        "pinned": pinned,
-        "dimension": int(meta.get_meta(PIN_DIMENSION) or 0) or None,
-        "variant": meta.get_meta(PIN_VARIANT) or None,
-    }
+    model: dict[str, Any] = {}
     try:
-        service.ensure_ready()
+        service.ensure_ready()  # loads the model and pins it on a new store
         info = service.embedder.info
         model.update(available=True, loaded=info.name, source=info.source)
     except FerrexError as exc:
         model.update(available=False, error=exc.message)
+    model.update(
+        pinned=meta.get_meta(PIN_NAME),
+        dimension=int(meta.get_meta(PIN_DIMENSION) or 0) or None,
+        variant=meta.get_meta(PIN_VARIANT) or None,
+    )
     report["model"] = model
+    if settings.rerank:
+        service.reranker.load()  # an operator check: say now whether it can load
     report["reranker"] = {
         "enabled": settings.rerank,
         "available": service.reranker.available,
         "reason": service.reranker.unavailable_reason,
     }
     report["journal_backlog"] = meta.journal_backlog()
+    report["replayed_at_start"] = getattr(service, "replayed_at_start", 0)
     if repair and model.get("available"):
         with service._write:
             replayed = service.sync.recover()
@@ -136,13 +139,9 @@ def rebuild(
         meta.set_meta(REBUILD_PENDING, "")
         service.cache.invalidate()
         service.entities.invalidate()
-    optimized = service.index.optimize()
-    return {
-        "memories": count,
-        "model": info.pin,
-        "dimension": info.dimension,
-        "optimized": optimized,
-    }
+    # No optimize() here: building the HNSW graph makes dense search approximate and may reorder
+    # ties, so a rebuilt store would not rank exactly as the original.
+    return {"memories": count, "model": info.pin, "dimension": info.dimension}
 
 
 def reembed_entities(service: MemoryService) -> int:

@@ -33,6 +33,7 @@ from ferrex.core.memory import MEMORY_TYPES
 
 _NAMESPACE = re.compile(NAMESPACE_PATTERN)
 MAX_JSON_DEPTH = 8
+MAX_VERSION = 1_000_000  # procedure versions: far beyond any real history, within SQLite ints
 
 TypeName = Literal["episodic", "semantic", "procedural"]
 
@@ -75,7 +76,8 @@ def _timestamp(value: Any, what: str) -> datetime:
 
 
 def _namespace(value: Any) -> str:
-    if not isinstance(value, str) or not _NAMESPACE.match(value):
+    # fullmatch: with match(), "$" would also accept a trailing newline ("team\n").
+    if not isinstance(value, str) or not _NAMESPACE.fullmatch(value):
         raise ValueError(
             "namespace must be 1-64 characters: letters, digits, '.', '_' or '-', starting with a "
             "letter or digit"
@@ -84,7 +86,7 @@ def _namespace(value: Any) -> str:
 
 
 def _memory_id(value: Any, what: str) -> str:
-    if not isinstance(value, str) or not MEMORY_ID_PATTERN.match(value):
+    if not isinstance(value, str) or not MEMORY_ID_PATTERN.fullmatch(value):
         raise ValueError(f"{what} must be a memory id as returned by store or recall (e.g. mem_…)")
     return value
 
@@ -120,7 +122,7 @@ class StoreRequest(_Request):
     steps: list[str] | None = None
     multi_valued: StrictBool = False
     pinned: StrictBool = False
-    rollback_to: StrictInt | None = Field(default=None, ge=1)
+    rollback_to: StrictInt | None = Field(default=None, ge=1, le=MAX_VERSION)
 
     @field_validator("type", mode="before")
     @classmethod
@@ -208,6 +210,19 @@ class StoreRequest(_Request):
     def _when(cls, value: Any, info: ValidationInfo) -> Any:
         return None if value is None else _timestamp(value, str(info.field_name))
 
+    @model_validator(mode="after")
+    def _procedure_size(self, info: ValidationInfo) -> StoreRequest:
+        """A procedure's steps and conditions together are bounded like content (they are
+        embedded too): refused here, before anything is embedded."""
+        limit = _limits(info).max_content_chars
+        total = sum(len(s) for s in (*(self.steps or ()), *(self.conditions or ())))
+        if total > limit:
+            raise ValueError(
+                f"steps and conditions are too long together ({total} characters, at most "
+                f"{limit}); split the procedure"
+            )
+        return self
+
 
 class TimeRange(_Request):
     after: datetime | None = None
@@ -237,7 +252,7 @@ class RecallRequest(_Request):
     as_of: datetime | None = None
     explain: StrictBool = False
     max_tokens: StrictInt | None = Field(default=None, ge=1, le=1_000_000)
-    version: StrictInt | None = Field(default=None, ge=1)
+    version: StrictInt | None = Field(default=None, ge=1, le=MAX_VERSION)
 
     @field_validator("query", mode="before")
     @classmethod

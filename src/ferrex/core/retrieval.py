@@ -140,7 +140,9 @@ def fuse_rrf(channels: Sequence[Sequence[IndexHit]], rrf_k: int, limit: int) -> 
 
     Same formula as Qdrant's ``Fusion.Rrf``: each point scores ``sum 1 / (k + position)`` over
     the channels it appears in, position counted from 0. Each channel is put in ``hit_order``
-    before positions are assigned, and the fused list is ordered the same way.
+    before positions are assigned, and the fused list is ordered the same way. (The engine's own
+    fusion orders exact channel ties by storage position, which moves when a payload is updated,
+    so a store and its rebuild or import would rank differently.)
     """
     fused: dict[str, float] = {}
     first: dict[str, IndexHit] = {}

@@ -187,7 +187,8 @@ class MemoryService:
                     log.warning("an index rebuild was interrupted; rebuilding now")
                     self.sync.rebuild()
                     self.meta.set_meta(REBUILD_PENDING, "")
-                self.sync.recover()
+                # journal entries rolled forward at start-up (doctor reports them)
+                self.replayed_at_start = self.sync.recover()
             self.access.start()
             self._ready = True
             try:

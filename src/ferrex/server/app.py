@@ -7,6 +7,7 @@ embedding model loads lazily. Errors are tool results with ``isError`` and a str
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -96,7 +97,9 @@ class FerrexMcp:
 
 
 async def serve_stdio(
-    backend: SharedBackend, on_fatal: Callable[[BaseException], None], default_namespace: str = "default"
+    backend: SharedBackend,
+    on_fatal: Callable[[BaseException], None],
+    default_namespace: str = "default",
 ) -> None:
     app = FerrexMcp(backend, default_namespace)
 
@@ -151,8 +154,6 @@ def run(backend: SharedBackend, default_namespace: str = "default") -> int:
         message = exc.message if isinstance(exc, FerrexError) else str(exc)
         print(f"error: {message}", file=sys.stderr, flush=True)
 
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         anyio.run(serve_stdio, backend, fatal, default_namespace)
-    except KeyboardInterrupt:
-        pass
     return exit_code

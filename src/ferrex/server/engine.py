@@ -9,6 +9,7 @@ owner exits, a peer takes the lock and becomes the engine itself: no agent ever 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import hashlib
@@ -33,6 +34,7 @@ from ferrex.core.errors import FerrexError
 log = structlog.get_logger("ferrex.engine")
 
 MAX_LINE = 64 * 1024 * 1024
+_READ_ONLY_OPS = frozenset({"recall", "stats", "ping"})
 _UNIX_PATH_MAX = 100
 
 
@@ -173,18 +175,14 @@ class EngineServer:
             }
         data = (json.dumps(reply, default=str) + "\n").encode()
         async with lock:
-            try:
+            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
                 await stream.send(data)
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                pass
 
     async def aclose(self) -> None:
         if self._listener is not None:
             await self._listener.aclose()
-        try:
+        with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
-        except FileNotFoundError:
-            pass
 
 
 # --------------------------------------------------------------------------- peer side
@@ -335,19 +333,31 @@ class SharedBackend:
         return await self._threads.run(self.dispatch, self.engine, op, arguments)
 
     async def call(self, op: str, arguments: dict[str, Any]) -> Any:
-        if self.role == "engine":
-            return await self._threads.run(self.dispatch, self.engine, op, arguments)
-        connection = self._connection
-        try:
-            assert connection is not None
-            return await connection.request(op, arguments)
-        except (ConnectionError, OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
-            await self._recover(connection)
-            raise FerrexError(
-                errors.UNAVAILABLE,
-                "the ferrex engine process restarted during this call; it may or may not have "
-                "been applied. Check with recall, then retry.",
-            ) from None
+        for _ in range(3):
+            if self.role == "engine":
+                return await self._threads.run(self.dispatch, self.engine, op, arguments)
+            connection = self._connection
+            if connection is None or connection.closed.is_set():
+                # The engine went away: wait for the takeover (or reconnection), then send.
+                await self._recover(connection)
+                continue
+            try:
+                return await connection.request(op, arguments)
+            except (
+                ConnectionError,
+                OSError,
+                anyio.BrokenResourceError,
+                anyio.ClosedResourceError,
+            ):
+                await self._recover(connection)
+                if op in _READ_ONLY_OPS:
+                    continue  # nothing was changed: ask the new engine
+                raise FerrexError(
+                    errors.UNAVAILABLE,
+                    "the ferrex engine process restarted during this call; it may or may not "
+                    "have been applied. Check with recall, then retry.",
+                ) from None
+        raise FerrexError(errors.UNAVAILABLE, "the ferrex engine is restarting; retry shortly")
 
     async def _recover(self, dead: EngineConnection | None) -> None:
         async with self._switch:

@@ -136,11 +136,32 @@ class EdgeIndex:
     ) -> list[IndexHit]:
         if self._shard is None:
             return []
-        # Fused here rather than with the engine's Fusion.Rrf: the engine breaks score ties by
-        # storage order, so the same store rebuilt or imported would rank differently.
-        channels = [self.dense_search(dense, flt, prefetch, hnsw_ef)]
+        # ONE engine call: the dense and BM25 channel queries go to the engine as one batch and
+        # are fused with Qdrant's RRF formula (k = 60) by ``fuse_rrf``, which breaks exact channel
+        # ties by memory id. The engine's own Fusion.Rrf breaks them by storage position, which
+        # changes after payload updates, so a store and its rebuild or import would rank ties
+        # differently (measured: tests/test_determinism.py, tests/test_export_import.py).
+        edge_filter = _filter(flt)
+        requests = [
+            q.QueryRequest(
+                limit=prefetch,
+                query=q.Query.Nearest([float(x) for x in dense], using=DENSE),
+                filter=edge_filter,
+                params=q.SearchParams(hnsw_ef=hnsw_ef),
+                with_payload=_RETURNED_FIELDS,
+            )
+        ]
         if sparse:
-            channels.append(self.sparse_search(sparse, flt, prefetch))
+            requests.append(
+                q.QueryRequest(
+                    limit=prefetch,
+                    query=q.Query.Nearest(_sparse(sparse), using=SPARSE),
+                    filter=edge_filter,
+                    params=q.SearchParams(idf=q.IdfParams(corpus=_namespace_filter(flt))),
+                    with_payload=_RETURNED_FIELDS,
+                )
+            )
+        channels = [_hits(points) for points in self.shard.query_batch(q.QueryBatchRequest(requests))]
         return fuse_rrf(channels, rrf_k, limit)
 
     def dense_search(

@@ -172,12 +172,45 @@ class QdrantIndex:
     ) -> list[IndexHit]:
         if not self._exists():
             return []
-        # Fused here rather than with the server's RRF query: the engine breaks score ties by
-        # storage order, so the same store rebuilt or imported would rank differently.
-        channels = [self.dense_search(dense, flt, prefetch, hnsw_ef)]
+        # ONE request: both channel queries in one batch, fused with Qdrant's RRF formula by
+        # ``fuse_rrf`` (ties by memory id; see EdgeIndex.hybrid for why not Fusion.Rrf).
+        qfilter = _filter(flt)
+        requests = [
+            models.QueryRequest(
+                query=[float(x) for x in dense],
+                using=DENSE,
+                limit=prefetch,
+                filter=qfilter,
+                params=models.SearchParams(hnsw_ef=hnsw_ef),
+                with_payload=_RETURNED_FIELDS,
+            )
+        ]
         if sparse:
-            channels.append(self.sparse_search(sparse, flt, prefetch))
+            requests.append(
+                models.QueryRequest(
+                    query=_sparse(sparse),
+                    using=SPARSE,
+                    limit=prefetch,
+                    filter=qfilter,
+                    params=self._sparse_params(flt),
+                    with_payload=_RETURNED_FIELDS,
+                )
+            )
+        channels = [_hits(response.points) for response in self._batch(requests)]
         return fuse_rrf(channels, rrf_k, limit)
+
+    def _batch(self, requests: list[models.QueryRequest]) -> list[models.QueryResponse]:
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="Local mode performs exact")
+                return list(self.client.query_batch_points(self.collection, requests=requests))
+        except Exception:
+            if not self._scoped_idf:
+                raise
+            # Older servers do not know namespace-scoped IDF: fall back to collection IDF.
+            self._scoped_idf = False
+            plain = [r.model_copy(update={"params": None}) if r.using == SPARSE else r for r in requests]
+            return list(self.client.query_batch_points(self.collection, requests=plain))
 
     def _query(self, **kwargs: Any) -> list[models.ScoredPoint]:
         try:

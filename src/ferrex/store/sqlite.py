@@ -311,21 +311,25 @@ class MetadataStore:
         return self._with_entities(self._q(sql, args))
 
     def iter_memories(self, namespace: str | None = None, batch: int = 500) -> Iterator[Memory]:
-        """Every memory, in id order, in batches (export, rebuild, doctor)."""
-        last = ""
+        """Every memory in insertion order (rowid), in batches (export, rebuild, doctor).
+
+        Insertion order matters: the vector engine orders exact score ties by storage position,
+        so a rebuild or an import that re-inserts in the same order ranks ties the same way.
+        """
+        last = 0
         while True:
-            sql = f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE id > ?"
+            sql = f"SELECT rowid AS _rowid, {_MEMORY_COLUMNS} FROM memories WHERE rowid > ?"
             args: list[Any] = [last]
             if namespace is not None:
                 sql += " AND namespace = ?"
                 args.append(namespace)
-            sql += " ORDER BY id LIMIT ?"
+            sql += " ORDER BY rowid LIMIT ?"
             args.append(batch)
             rows = self._q(sql, args)
             if not rows:
                 return
             yield from self._with_entities(rows)
-            last = rows[-1]["id"]
+            last = int(rows[-1]["_rowid"])
 
     def all_memory_ids(self) -> dict[str, int]:
         """id -> expected number of vector points."""

@@ -1,0 +1,50 @@
+"""Long fuzzing run: tests/test_fuzz.py's properties with many more (and fresh) generated calls.
+
+    python bench/fuzz_long.py                  # 1,000 examples per tool (~60,000 calls)
+    python bench/fuzz_long.py --examples 5000
+
+Unlike the CI test (which replays the same derandomized calls every run), every run here
+generates new calls. One MCP session, one ``ferrex`` server; exits non-zero on the first call
+that kills the server, leaks internals in an error or changes the store while rejected.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--examples", type=int, default=1_000, help="hypothesis examples per tool (default 1000)"
+    )
+    args = parser.parse_args()
+    env = {**os.environ, "FERREX_FUZZ_EXAMPLES": str(args.examples), "FERREX_FUZZ_RANDOM": "1"}
+    print(f"fuzz_long: {args.examples} examples per tool (8-16 calls each)", flush=True)
+    started = time.monotonic()
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-s",
+        "-p",
+        "no:cacheprovider",
+        "tests/test_fuzz.py",
+        "-k",
+        "thousands",
+    ]
+    code = subprocess.call(command, cwd=ROOT, env=env)
+    print(f"fuzz_long: exit {code} after {time.monotonic() - started:.0f}s")
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

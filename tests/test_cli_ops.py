@@ -1,0 +1,322 @@
+"""The operator CLI: ``ferrex doctor [--json] [--repair]``, ``ferrex rebuild-index
+[--model-tier X]`` and ``ferrex export --namespace NS``, run as real subprocesses.
+
+Proves that doctor reports ids, counts, the model pin, the journal backlog (and what start-up
+replayed), the schema version, data-dir permissions (0700, restored when loosened), model
+availability and the Qdrant mode, in a human report and as JSON; that orphans in both
+directions (a row deleted from SQLite behind ferrex's back, points deleted from the index with
+qdrant-edge while no server runs) are reported and fixed by ``--repair``; that rebuild-index
+recreates the index from SQLite with a progress bar on stderr, refuses while a server owns the
+data dir, and refuses a model tier that cannot load with a clear error and the store untouched
+(still pinned, not half-rebuilt, fully usable); and that export writes JSON lines to stdout,
+one namespace when asked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import subprocess
+from collections.abc import Iterator
+from contextlib import closing
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import qdrant_edge as q
+from tests.conftest import ServiceFactory, call, ferrex_command, mcp_client
+
+from ferrex.core.ids import point_id
+from ferrex.store.schema import SCHEMA_VERSION
+
+NOW = datetime.now(UTC).replace(microsecond=0)
+MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+TOPICS = (
+    "database",
+    "billing",
+    "search",
+    "deploy",
+    "network",
+    "storage",
+    "auth",
+    "cache",
+    "queue",
+    "frontend",
+    "mobile",
+    "metrics",
+)
+ACTIONS = ("migrated", "patched", "benchmarked", "documented", "rolled back", "audited")
+PLACES = ("staging", "production", "the lab", "the eu cluster", "the us cluster")
+
+
+def notes(count: int) -> list[dict[str, Any]]:
+    """Distinct episodic notes (combinations far apart enough to never be near-duplicates)."""
+    out = []
+    for n in range(count):
+        topic = TOPICS[n % len(TOPICS)]
+        action = ACTIONS[(n // len(TOPICS)) % len(ACTIONS)]
+        place = PLACES[(n // (len(TOPICS) * len(ACTIONS))) % len(PLACES)]
+        out.append(
+            {
+                "content": f"Ticket {4000 + n * 7}: the {topic} team {action} it in {place}",
+                "timestamp": (NOW - timedelta(hours=n)).isoformat(),
+                "namespace": "team" if n % 10 == 0 else "default",
+            }
+        )
+    return out
+
+
+@pytest.fixture
+def store(make_service: ServiceFactory, tmp_path: Path) -> Iterator[Path]:
+    """A closed store with 150 memories (two namespaces, a long multi-chunk one)."""
+    data_dir = tmp_path / "ops"
+    service = make_service(data_dir)
+    stored = service.store_many(notes(149))
+    assert all("error" not in s for s in stored), [s for s in stored if "error" in s][:3]
+    steps = [
+        f"Open section {i} of the incident report and check every listed item" for i in range(40)
+    ]
+    reply = service.store({"type": "procedural", "name": "incident review", "steps": steps})
+    assert reply.get("chunks", 1) > 1
+    service.close()
+    yield data_dir
+
+
+def cli(data_dir: Path, models_dir: Path, *args: str, check: int | None = 0) -> Any:
+    env = {
+        **os.environ,
+        "FERREX_HOME": str(data_dir),
+        "FERREX_MODELS_DIR": str(models_dir),
+        "FERREX_OFFLINE": "1",
+        "FERREX_LOG": "error",
+    }
+    done = subprocess.run(
+        [ferrex_command(), *args], env=env, capture_output=True, text=True, timeout=180
+    )
+    if check is not None:
+        assert done.returncode == check, (done.returncode, done.stdout[-2000:], done.stderr[-3000:])
+    return done
+
+
+def doctor(data_dir: Path, models_dir: Path, *extra: str, check: int | None = 0) -> dict[str, Any]:
+    done = cli(data_dir, models_dir, "doctor", "--json", *extra, check=check)
+    return json.loads(done.stdout)
+
+
+def ro(data_dir: Path) -> sqlite3.Connection:
+    return sqlite3.connect(f"file:{data_dir / 'ferrex.db'}?mode=ro", uri=True)
+
+
+def digest(data_dir: Path) -> str:
+    sha = hashlib.sha256()
+    with closing(ro(data_dir)) as conn:
+        for table in ("memories", "entities", "meta", "journal", "memory_entities"):
+            for row in conn.execute(f"SELECT * FROM {table} ORDER BY 1"):
+                sha.update(repr(row).encode())
+    return sha.hexdigest()
+
+
+def memory_ids(data_dir: Path) -> dict[str, int]:
+    with closing(ro(data_dir)) as conn:
+        return dict(conn.execute("SELECT id, chunk_count FROM memories"))
+
+
+def delete_points_directly(data_dir: Path, ids: list[str]) -> None:
+    """Remove a memory's points with qdrant-edge itself (no ferrex process is running)."""
+    shard = q.EdgeShard.load(str(data_dir / "index"))
+    try:
+        flt = q.Filter(must=[q.FieldCondition("memory_id", match=q.MatchAny(ids))])
+        shard.update(q.UpdateOperation.delete_points_by_filter(flt))
+        shard.flush()
+    finally:
+        shard.close()
+
+
+# =========================================================================== doctor
+
+
+def test_doctor_reports_everything_an_operator_needs(store: Path, models_dir: Path) -> None:
+    os.chmod(store, 0o755)  # loosened behind ferrex's back: restored at start
+    ids = memory_ids(store)
+    report = doctor(store, models_dir)
+    assert report["in_agreement"] is True and report["ok"] is True
+    assert report["permissions"] == {"mode": "0o700", "ok": True}
+    assert os.stat(store).st_mode & 0o777 == 0o700
+    assert report["schema_version"] == SCHEMA_VERSION
+    assert report["mode"] == "embedded"
+    model = report["model"]
+    assert model["pinned"] == MINILM and model["dimension"] == 384 and model["available"]
+    assert model["loaded"] == MINILM
+    assert report["journal_backlog"] == 0 and report["replayed_at_start"] == 0
+    assert report["sqlite"] == {"memories": len(ids), "expected_points": sum(ids.values())}
+    assert report["index"] == {"memories": len(ids), "points": sum(ids.values())}
+    for key in ("missing_in_index", "orphans_in_index", "chunk_mismatch"):
+        assert report[key] == {"count": 0, "sample": []}
+    assert report["reranker"]["available"] is False and report["reranker"]["reason"]
+
+    human = cli(store, models_dir, "doctor").stdout
+    for line in (
+        f"ferrex doctor — {store}",
+        "[ok  ] data dir permissions 0o700",
+        f"[ok  ] schema version {SCHEMA_VERSION}",
+        "[ok  ] vector index mode: embedded",
+        f"[ok  ] embedding model: pinned {MINILM} (384-d",
+        "[ok  ] journal backlog: 0",
+        f"SQLite: {len(ids)} memories, {sum(ids.values())} expected points",
+        "[ok  ] orphans in index: 0",
+        "SQLite and the index agree.",
+    ):
+        assert line in human, human
+
+
+def test_doctor_replays_an_unfinished_write_at_start(store: Path, models_dir: Path) -> None:
+    """A committed store whose index write never happened (a crash) is rolled forward."""
+    victim = sorted(memory_ids(store))[3]
+    delete_points_directly(store, [victim])
+    with closing(sqlite3.connect(store / "ferrex.db")) as conn, conn:
+        conn.execute(
+            "INSERT INTO journal (op, memory_id, namespace, created_at) VALUES (?, ?, ?, ?)",
+            ("index", victim, "default", NOW.isoformat()),
+        )
+    report = doctor(store, models_dir)
+    assert report["replayed_at_start"] == 1 and report["journal_backlog"] == 0
+    assert report["in_agreement"] is True
+    human = cli(store, models_dir, "doctor").stdout
+    assert "journal backlog: 0" in human
+
+
+def test_doctor_reports_a_model_that_cannot_be_loaded(store: Path, models_dir: Path) -> None:
+    with closing(sqlite3.connect(store / "ferrex.db")) as conn, conn:
+        conn.execute(
+            "UPDATE meta SET value = 'BAAI/bge-base-en-v1.5' WHERE key = 'embedding_model'"
+        )
+        conn.execute("UPDATE meta SET value = '768' WHERE key = 'embedding_dimension'")
+        conn.execute("UPDATE meta SET value = '' WHERE key = 'embedding_variant'")
+    report = doctor(store, models_dir, check=1)
+    assert report["model"]["available"] is False and report["ok"] is False
+    assert "BAAI/bge-base-en-v1.5" in report["model"]["error"]
+    assert "Traceback" not in report["model"]["error"]
+    human = cli(store, models_dir, "doctor", check=1).stdout
+    assert "[FAIL] embedding model: pinned BAAI/bge-base-en-v1.5" in human
+
+
+def test_repair_removes_index_orphans_of_rows_deleted_from_sqlite(
+    store: Path, models_dir: Path
+) -> None:
+    victims = sorted(memory_ids(store))[:2]
+    with closing(sqlite3.connect(store / "ferrex.db")) as conn, conn:
+        conn.executemany("DELETE FROM memories WHERE id = ?", [(v,) for v in victims])
+    report = doctor(store, models_dir, check=1)
+    assert report["in_agreement"] is False
+    assert report["orphans_in_index"] == {"count": 2, "sample": victims}
+    assert "DISAGREE" in cli(store, models_dir, "doctor", check=1).stdout
+    repaired = doctor(store, models_dir, "--repair")
+    assert repaired["repaired"]["orphan_points_removed"] == 2
+    assert repaired["in_agreement"] is True
+    assert repaired["after_repair"]["orphans_in_index"]["count"] == 0
+    assert doctor(store, models_dir)["in_agreement"] is True
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_repair_reindexes_memories_whose_points_were_deleted(
+    store: Path, models_dir: Path, anyio_backend: str
+) -> None:
+    ids = memory_ids(store)
+    multi = next(i for i, chunks in ids.items() if chunks > 1)
+    victims = [sorted(ids)[5], multi]
+    delete_points_directly(store, victims)
+    report = doctor(store, models_dir, check=1)
+    assert report["missing_in_index"] == {"count": 2, "sample": sorted(victims)}
+    assert report["index"]["points"] == sum(ids.values()) - 1 - ids[multi]
+    repaired = doctor(store, models_dir, "--repair")
+    assert repaired["repaired"]["reindexed"] == 2 and repaired["in_agreement"] is True
+    with closing(ro(store)) as conn:
+        content = conn.execute("SELECT content FROM memories WHERE id = ?", (victims[0],))
+        text = content.fetchone()[0]
+    async with mcp_client(store, models_dir, FERREX_LOG="error") as client:
+        found = await call(client, "recall", {"query": text, "limit": 3})
+        assert found["results"][0]["id"] == victims[0]
+
+
+# =========================================================================== rebuild-index
+
+
+def index_point_ids(data_dir: Path) -> set[str]:
+    shard = q.EdgeShard.load(str(data_dir / "index"))
+    try:
+        records, _ = shard.scroll(q.ScrollRequest(limit=10_000, with_payload=False))
+        return {str(r.id) for r in records}
+    finally:
+        shard.close()
+
+
+def test_rebuild_index_recreates_the_index_with_a_progress_bar(
+    store: Path, models_dir: Path
+) -> None:
+    ids = memory_ids(store)
+    expected = {point_id(m, i) for m, chunks in ids.items() for i in range(chunks)}
+    delete_points_directly(store, sorted(ids)[:40])  # damage it first
+    done = cli(store, models_dir, "--model-tier", "small", "rebuild-index")
+    stderr = done.stderr
+    assert f"rebuilding index: 128/{len(ids)} [" in stderr
+    assert f"rebuilding index: {len(ids)}/{len(ids)} [{'#' * 30}] 100%" in stderr
+    result = json.loads(stderr.strip().splitlines()[-1])
+    assert result["memories"] == len(ids) and result["dimension"] == 384
+    assert index_point_ids(store) == expected
+    assert doctor(store, models_dir)["in_agreement"] is True
+
+
+def test_rebuild_index_to_a_model_that_cannot_load_changes_nothing(
+    store: Path, models_dir: Path
+) -> None:
+    before = digest(store)
+    points = index_point_ids(store)
+    done = cli(store, models_dir, "rebuild-index", "--model-tier", "mid", check=2)
+    message = done.stderr.strip().splitlines()[-1]
+    assert message.startswith("error: cannot rebuild with --model-tier mid: ")
+    assert "BAAI/bge-small-en-v1.5" in message and "Nothing was changed" in message
+    assert "Traceback" not in done.stderr
+    assert digest(store) == before  # still pinned, no rebuild pending
+    assert index_point_ids(store) == points
+    report = doctor(store, models_dir)
+    assert report["model"]["pinned"] == MINILM and report["in_agreement"] is True
+
+
+def test_rebuild_index_to_an_available_tier_repins_and_works(store: Path, models_dir: Path) -> None:
+    done = cli(store, models_dir, "rebuild-index", "--model-tier", "small")
+    assert json.loads(done.stderr.strip().splitlines()[-1])["model"].startswith(MINILM)
+    with closing(ro(store)) as conn:
+        meta = dict(conn.execute("SELECT key, value FROM meta"))
+    assert meta["embedding_model"] == MINILM and not meta.get("rebuild_pending")
+    assert doctor(store, models_dir)["in_agreement"] is True
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_rebuild_index_refuses_while_a_server_owns_the_data_dir(
+    store: Path, models_dir: Path, anyio_backend: str
+) -> None:
+    async with mcp_client(store, models_dir, FERREX_LOG="error") as client:
+        await call(client, "stats", {})
+        done = cli(store, models_dir, "rebuild-index", check=2)
+        assert "is using" in done.stderr and "stop it" in done.stderr
+        answer = await call(client, "recall", {"query": "database team", "limit": 3})
+        assert answer["results"]
+
+
+# =========================================================================== export
+
+
+def test_export_one_namespace_to_stdout(store: Path, models_dir: Path) -> None:
+    with closing(ro(store)) as conn:
+        team = {r[0] for r in conn.execute("SELECT id FROM memories WHERE namespace = 'team'")}
+    done = cli(store, models_dir, "export", "--namespace", "team")
+    records = [json.loads(line) for line in done.stdout.splitlines()]
+    assert records[0]["kind"] == "header" and records[0]["namespace"] == "team"
+    exported = {r["id"] for r in records if r["kind"] == "memory"}
+    assert exported == team and len(team) == 15
+    assert f"exported {len(team)} memories" in done.stderr
