@@ -32,12 +32,58 @@ from ferrex.bootstrap import Options, build_service  # noqa: E402
 from ferrex.config import load_settings  # noqa: E402
 from ferrex.logs import configure  # noqa: E402
 
-WORDS = (
-    "api server billing invoice deploy staging database replica migration index cache queue worker "
-    "latency timeout deadlock pool semaphore tokio rust python react dashboard kafka redis postgres "
-    "incident outage rollback release review customer refund stripe webhook certificate dns proxy "
-    "kubernetes node cluster memory leak profile benchmark flaky test pipeline runner artifact"
-).split()
+WORDS = [
+    "api",
+    "server",
+    "billing",
+    "invoice",
+    "deploy",
+    "staging",
+    "database",
+    "replica",
+    "migration",
+    "index",
+    "cache",
+    "queue",
+    "worker",
+    "latency",
+    "timeout",
+    "deadlock",
+    "pool",
+    "semaphore",
+    "tokio",
+    "rust",
+    "python",
+    "react",
+    "dashboard",
+    "kafka",
+    "redis",
+    "postgres",
+    "incident",
+    "outage",
+    "rollback",
+    "release",
+    "review",
+    "customer",
+    "refund",
+    "stripe",
+    "webhook",
+    "certificate",
+    "dns",
+    "proxy",
+    "kubernetes",
+    "node",
+    "cluster",
+    "memory",
+    "leak",
+    "profile",
+    "benchmark",
+    "flaky",
+    "test",
+    "pipeline",
+    "runner",
+    "artifact",
+]
 PEOPLE = ["Ana", "Bo", "Chen", "Dara", "Eli", "Femi", "Gus", "Hana", "Ivo", "Juno", "Kai", "Lea"]
 
 
@@ -48,7 +94,7 @@ def sentence(rng: random.Random, serial: int) -> str:
 
 def percentiles(samples: list[float]) -> dict[str, float]:
     ordered = sorted(samples)
-    p95 = ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
     return {"p50_ms": statistics.median(ordered) * 1000, "p95_ms": p95 * 1000}
 
 
@@ -64,7 +110,13 @@ def timed(fn: Callable[[], Any], repeat: int) -> list[float]:
 def run_size(size: int, queries: int, tier: str, rng: random.Random) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         settings, _ = load_settings(
-            cli={"data_dir": tmp, "model_tier": tier, "offline": True, "rerank": False, "cache.enabled": False}
+            cli={
+                "data_dir": tmp,
+                "model_tier": tier,
+                "offline": True,
+                "rerank": False,
+                "cache.enabled": False,
+            }
         )
         service = build_service(settings, Options(explicit_model_tier=True))
         try:
@@ -73,7 +125,9 @@ def run_size(size: int, queries: int, tier: str, rng: random.Random) -> dict[str
             loaded = 0
             serial = 0
             while loaded < size:
-                batch = [{"content": sentence(rng, serial + i)} for i in range(min(512, size - loaded))]
+                batch = [
+                    {"content": sentence(rng, serial + i)} for i in range(min(512, size - loaded))
+                ]
                 serial += len(batch)
                 loaded += sum(1 for r in service.store_many(batch) if "error" not in r)
             ingest_s = time.perf_counter() - start
@@ -117,7 +171,9 @@ def run_size(size: int, queries: int, tier: str, rng: random.Random) -> dict[str
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--model-tier", default="small")
@@ -126,21 +182,43 @@ def main() -> int:
     configure("error")
     rng = random.Random(args.seed)
     rows = [run_size(size, args.queries, args.model_tier, rng) for size in args.sizes]
-    print(f"{'memories':>9} {'ingest/s':>9} {'embed q':>8} {'recall p50':>11} {'p95':>7} {'x model':>8} "
-          f"{'store p50':>10} {'x model':>8} {'stats':>7} {'detailed':>9}")
+    header = (
+        "memories",
+        "ingest/s",
+        "embed q",
+        "recall p50",
+        "p95",
+        "x model",
+        "store p50",
+        "x model",
+        "stats",
+        "detailed",
+    )
+    print(" ".join(f"{h:>10}" for h in header))
     for row in rows:
-        print(
-            f"{row['size']:>9} {row['ingest_per_second']:>9.0f} {row['embed_query']['p50_ms']:>7.1f}ms "
-            f"{row['recall']['p50_ms']:>9.1f}ms {row['recall']['p95_ms']:>6.1f}ms {row['recall']['x_model']:>7.1f}x "
-            f"{row['store']['p50_ms']:>8.1f}ms {row['store']['x_model']:>7.1f}x "
-            f"{row['stats_brief']['p50_ms']:>5.0f}ms {row['stats_detailed']['p50_ms']:>7.0f}ms"
+        cells = (
+            f"{row['size']}",
+            f"{row['ingest_per_second']:.0f}",
+            f"{row['embed_query']['p50_ms']:.1f}ms",
+            f"{row['recall']['p50_ms']:.1f}ms",
+            f"{row['recall']['p95_ms']:.1f}ms",
+            f"{row['recall']['x_model']:.1f}x",
+            f"{row['store']['p50_ms']:.1f}ms",
+            f"{row['store']['x_model']:.1f}x",
+            f"{row['stats_brief']['p50_ms']:.0f}ms",
+            f"{row['stats_detailed']['p50_ms']:.0f}ms",
         )
+        print(" ".join(f"{c:>10}" for c in cells))
     out_dir = ROOT / "bench" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     payload = {
         "date": stamp,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
         "model_tier": args.model_tier,
         "rows": rows,
     }

@@ -49,7 +49,9 @@ def store_all(service: Any, memories: list[dict[str, Any]]) -> dict[str, str]:
     return ids
 
 
-def evaluate(service: Any, ids: dict[str, str], queries: list[dict[str, Any]], k: int = K) -> GoldenReport:
+def evaluate(
+    service: Any, ids: dict[str, str], queries: list[dict[str, Any]], k: int = K
+) -> GoldenReport:
     key_of = {v: k_ for k_, v in ids.items()}
     hits = 0.0
     per_query = []
@@ -64,7 +66,9 @@ def evaluate(service: Any, ids: dict[str, str], queries: list[dict[str, Any]], k
         expected = query["expected"]
         found = sum(1 for e in expected if e in returned) / len(expected)
         hits += found
-        per_query.append({"query": query["query"], "expected": expected, "returned": returned, "recall": found})
+        per_query.append(
+            {"query": query["query"], "expected": expected, "returned": returned, "recall": found}
+        )
     return GoldenReport(hits / len(queries), reranked, per_query)
 
 
@@ -81,7 +85,11 @@ def _service(data_dir: Path, reranker_path: str | None, model_tier: str) -> Any:
     from ferrex.logs import configure
 
     configure("warning")
-    cli: dict[str, Any] = {"data_dir": str(data_dir), "model_tier": model_tier, "rerank": reranker_path is not None}
+    cli: dict[str, Any] = {
+        "data_dir": str(data_dir),
+        "model_tier": model_tier,
+        "rerank": reranker_path is not None,
+    }
     if reranker_path:
         cli["reranker_path"] = reranker_path
     settings, _ = load_settings(cli=cli)
@@ -91,7 +99,9 @@ def _service(data_dir: Path, reranker_path: str | None, model_tier: str) -> Any:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--reranker-path", help="local ONNX cross-encoder directory")
     parser.add_argument("--model-tier", default="small")
     parser.add_argument("--verbose", action="store_true")
@@ -102,10 +112,16 @@ def main() -> int:
             report = run(service)
         finally:
             service.close()
-    print(f"golden set: recall@{K} = {report.recall_at_k:.3f} (gate {GATE}); reranked: {report.reranked}")
+    print(
+        f"golden set: recall@{K} = {report.recall_at_k:.3f} (gate {GATE}); "
+        f"reranked: {report.reranked}"
+    )
     for item in report.per_query:
         if args.verbose or item["recall"] < 1.0:
-            print(f"  {item['recall']:.2f}  {item['query']}\n        expected {item['expected']} got {item['returned']}")
+            print(
+                f"  {item['recall']:.2f}  {item['query']}\n"
+                f"        expected {item['expected']} got {item['returned']}"
+            )
     return 0 if report.recall_at_k >= GATE else 1
 
 

@@ -38,7 +38,9 @@ def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def embedder(models_dir: Path) -> FastEmbedEmbedder:
     """The real embedding model, loaded once per session (all-MiniLM-L6-v2, bundled, offline)."""
-    model = FastEmbedEmbedder("small", models_dir, offline=True, allow_bundled=True, prefer_bundled=True)
+    model = FastEmbedEmbedder(
+        "small", models_dir, offline=True, allow_bundled=True, prefer_bundled=True
+    )
     model.load()
     return model
 
@@ -111,7 +113,9 @@ def ferrex_command() -> str:
     return found
 
 
-def server_params(data_dir: Path, models_dir: Path, *args: str, **env: str) -> StdioServerParameters:
+def server_params(
+    data_dir: Path, models_dir: Path, *args: str, **env: str
+) -> StdioServerParameters:
     environment = {
         "FERREX_HOME": str(data_dir),
         "FERREX_MODELS_DIR": str(models_dir),

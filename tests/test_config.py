@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel
+from tests.conftest import ferrex_command
 
 from ferrex.bootstrap import ensure_data_dir
 from ferrex.config import ConfigError, Settings, load_settings
-from tests.conftest import ferrex_command
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,20 +32,32 @@ def test_defaults_are_the_spec_values() -> None:
     assert settings.retrieval.prefetch_limit == 30 and settings.retrieval.rrf_k == 60
     assert settings.retrieval.default_limit == 5 and settings.retrieval.rerank_top_n == 20
     assert settings.dedup.threshold == 0.95
-    assert settings.entities.fuzzy_threshold == 0.85 and settings.entities.embedding_threshold == 0.92
+    assert (
+        settings.entities.fuzzy_threshold == 0.85 and settings.entities.embedding_threshold == 0.92
+    )
     assert settings.predicates.fuzzy_threshold == 0.85
     thresholds = settings.staleness.defaults
     assert (thresholds.episodic.fresh, thresholds.episodic.stale) == (30, 90)  # type: ignore[union-attr]
     assert (thresholds.semantic.fresh, thresholds.semantic.stale) == (90, 180)  # type: ignore[union-attr]
     assert (thresholds.procedural.fresh, thresholds.procedural.stale) == (180, 365)  # type: ignore[union-attr]
     assert settings.lifecycle.superseded_retention_days == 180
-    assert settings.recency.episodic.amplitude == 0.3 and settings.recency.episodic.half_life_days == 30
+    assert (
+        settings.recency.episodic.amplitude == 0.3
+        and settings.recency.episodic.half_life_days == 30
+    )
 
 
 def test_precedence_cli_over_env_over_file_over_defaults(tmp_path: Path) -> None:
-    config = _write(tmp_path / "ferrex.toml", 'namespace = "from-file"\nmodel_tier = "mid"\n'
-                    'log_level = "error"\n[retrieval]\nrrf_k = 10\nprefetch_limit = 40\n')
-    env = {"FERREX_NAMESPACE": "from-env", "FERREX_MODEL_TIER": "small", "FERREX_RETRIEVAL__RRF_K": "20"}
+    config = _write(
+        tmp_path / "ferrex.toml",
+        'namespace = "from-file"\nmodel_tier = "mid"\n'
+        'log_level = "error"\n[retrieval]\nrrf_k = 10\nprefetch_limit = 40\n',
+    )
+    env = {
+        "FERREX_NAMESPACE": "from-env",
+        "FERREX_MODEL_TIER": "small",
+        "FERREX_RETRIEVAL__RRF_K": "20",
+    }
     settings, _ = load_settings(cli={"namespace": "from-cli"}, environ=env, config_path=config)
     assert settings.namespace == "from-cli"  # CLI beats env and file
     assert settings.model_tier == "small"  # env beats file
@@ -64,8 +76,12 @@ def test_default_config_path_is_in_the_data_dir(tmp_path: Path) -> None:
 
 
 def test_unknown_keys_warn(tmp_path: Path) -> None:
-    config = _write(tmp_path / "c.toml", 'namespce = "typo"\n[retrieval]\nrrf = 3\n[nonsense]\nx = 1\n')
-    settings, warnings = load_settings(cli={}, environ={"FERREX_MODEL_TEIR": "x"}, config_path=config)
+    config = _write(
+        tmp_path / "c.toml", 'namespce = "typo"\n[retrieval]\nrrf = 3\n[nonsense]\nx = 1\n'
+    )
+    settings, warnings = load_settings(
+        cli={}, environ={"FERREX_MODEL_TEIR": "x"}, config_path=config
+    )
     text = "\n".join(warnings)
     assert "namespce" in text and "retrieval.rrf" in text and "nonsense" in text
     assert "FERREX_MODEL_TEIR" in text
@@ -77,7 +93,7 @@ def test_unknown_keys_warn(tmp_path: Path) -> None:
     [
         'model_tier = "huge"\n',
         "[dedup]\nthreshold = 2\n",
-        '[staleness.defaults]\nepisodic = { fresh = 90, aging = 30, stale = 10 }\n',
+        "[staleness.defaults]\nepisodic = { fresh = 90, aging = 30, stale = 10 }\n",
         'namespace = "bad name!"\n',
         "not toml at all [[[",
     ],
@@ -92,7 +108,7 @@ def test_invalid_values_are_refused_with_a_message(tmp_path: Path, content: str)
 def test_staleness_config_file_and_namespace_overrides(tmp_path: Path) -> None:
     staleness = _write(
         tmp_path / "staleness.toml",
-        '[staleness.defaults]\nepisodic = { fresh = 10, aging = 20, stale = 20 }\n'
+        "[staleness.defaults]\nepisodic = { fresh = 10, aging = 20, stale = 20 }\n"
         '[staleness.namespaces."ci-infra"]\nprocedural = { fresh = 7, aging = 14, stale = 30 }\n',
     )
     settings, _ = load_settings(cli={}, environ={}, staleness_path=staleness)
@@ -107,7 +123,9 @@ def _fields(model: type[BaseModel], prefix: str = "") -> set[str]:
     for name, field in model.model_fields.items():
         annotation: Any = field.annotation
         candidates = [annotation, *getattr(annotation, "__args__", ())]
-        sub = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        sub = next(
+            (c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None
+        )
         if sub is not None and name not in {"episodic", "semantic", "procedural"}:
             out |= _fields(sub, f"{prefix}{name}.")
         else:
@@ -125,8 +143,9 @@ def test_example_file_documents_every_key_with_its_default() -> None:
         node: Any = documented
         for part in dotted.split("."):
             node = node.get(part) if isinstance(node, dict) else None
-        if node is None and not dotted.startswith(("staleness.namespaces", "conflict.namespaces",
-                                                   "predicates.namespaces")):
+        if node is None and not dotted.startswith(
+            ("staleness.namespaces", "conflict.namespaces", "predicates.namespaces")
+        ):
             missing.append(dotted)
     assert missing == []
     # The active (uncommented) part parses to exactly the defaults.
@@ -150,15 +169,36 @@ def test_data_dir_is_created_private(tmp_path: Path) -> None:
 def test_cli_reports_config_errors_without_traceback(tmp_path: Path) -> None:
     config = _write(tmp_path / "c.toml", "[retrieval]\nrrf_k = -4\n")
     process = subprocess.run(
-        [ferrex_command(), "--config", str(config), "doctor"], capture_output=True, text=True, timeout=60
+        [ferrex_command(), "--config", str(config), "doctor"],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert process.returncode == 2
     assert "retrieval.rrf_k" in process.stderr and "Traceback" not in process.stderr
 
 
 def test_help_lists_every_flag() -> None:
-    process = subprocess.run([ferrex_command(), "--help"], capture_output=True, text=True, timeout=60)
-    for flag in ("--data-dir", "--config", "--namespace", "--model-tier", "--model-path", "--reranker-tier",
-                 "--reranker-path", "--no-rerank", "--qdrant-url", "--qdrant-api-key", "--staleness-config",
-                 "--log-level", "--offline", "doctor", "rebuild-index", "export", "import"):
+    process = subprocess.run(
+        [ferrex_command(), "--help"], capture_output=True, text=True, timeout=60
+    )
+    for flag in (
+        "--data-dir",
+        "--config",
+        "--namespace",
+        "--model-tier",
+        "--model-path",
+        "--reranker-tier",
+        "--reranker-path",
+        "--no-rerank",
+        "--qdrant-url",
+        "--qdrant-api-key",
+        "--staleness-config",
+        "--log-level",
+        "--offline",
+        "doctor",
+        "rebuild-index",
+        "export",
+        "import",
+    ):
         assert flag in process.stdout

@@ -84,8 +84,12 @@ def test_pinned_memories_and_facts_and_procedures_do_not_decay() -> None:
 
 def test_configured_half_life_shows_in_reflect(make_service: ServiceFactory) -> None:
     service = make_service(clock=lambda: NOW, lifecycle={"episodic_half_life_days": 10})
-    stored = service.store({"content": "the staging cluster ran out of disk during the release",
-                            "timestamp": to_iso(NOW - timedelta(days=10))})
+    stored = service.store(
+        {
+            "content": "the staging cluster ran out of disk during the release",
+            "timestamp": to_iso(NOW - timedelta(days=10)),
+        }
+    )
     candidates = service.reflect({})["forget_candidates"]
     assert [(c["id"], c["relevance"]) for c in candidates] == [(stored["id"], 0.5)]
 
@@ -106,46 +110,76 @@ def ago(clock: MovableClock, days: float) -> str:
 def build_lifecycle_store(service: MemoryService, clock: MovableClock) -> dict[str, str]:
     """Twelve memories whose fates at T0 + 400 days cover every eviction priority."""
     ids: dict[str, str] = {}
-    ids["stale_cited"] = store(service, content="the team load-tested checkout at 5k requests "
-                               "per second on the old cluster", timestamp=ago(clock, 0))
-    ids["citing_fact"] = store(service, subject="checkout", predicate="handles", object="5k rps",
-                               source=f"memory:{ids['stale_cited']}")
-    ids["old_runtime"] = store(service, subject="api-server", predicate="uses",
-                               object="tokio 1.36")
-    ids["old_owner"] = store(service, subject="billing", predicate="owned_by",
-                             object="team atlas")
-    ids["procedure"] = store(service, type="procedural", name="rotate-certificates",
-                             steps=["issue new certs", "reload nginx", "revoke the old certs"])
-    ids["pinned"] = store(service, content="the founders decided to never store card numbers",
-                          timestamp=ago(clock, 0), pinned=True)
+    ids["stale_cited"] = store(
+        service,
+        content="the team load-tested checkout at 5k requests per second on the old cluster",
+        timestamp=ago(clock, 0),
+    )
+    ids["citing_fact"] = store(
+        service,
+        subject="checkout",
+        predicate="handles",
+        object="5k rps",
+        source=f"memory:{ids['stale_cited']}",
+    )
+    ids["old_runtime"] = store(service, subject="api-server", predicate="uses", object="tokio 1.36")
+    ids["old_owner"] = store(service, subject="billing", predicate="owned_by", object="team atlas")
+    ids["procedure"] = store(
+        service,
+        type="procedural",
+        name="rotate-certificates",
+        steps=["issue new certs", "reload nginx", "revoke the old certs"],
+    )
+    ids["pinned"] = store(
+        service,
+        content="the founders decided to never store card numbers",
+        timestamp=ago(clock, 0),
+        pinned=True,
+    )
     clock.advance(210)
-    ids["new_runtime"] = store(service, subject="api-server", predicate="uses",
-                               object="tokio 1.38")
+    ids["new_runtime"] = store(service, subject="api-server", predicate="uses", object="tokio 1.38")
     clock.advance(90)
-    ids["new_owner"] = store(service, subject="billing", predicate="owned_by",
-                             object="team borealis")
+    ids["new_owner"] = store(
+        service, subject="billing", predicate="owned_by", object="team borealis"
+    )
     clock.advance(100)  # T0 + 400 days
-    ids["stale"] = store(service, content="a fan failed in rack 12 and was replaced by facilities",
-                         timestamp=ago(clock, 120))
-    ids["aging_old"] = store(service, content="the marketing site moved to a static generator",
-                             timestamp=ago(clock, 70))
-    ids["aging_young"] = store(service, content="we renamed the mobile app to Orbit in the stores",
-                               timestamp=ago(clock, 40))
-    ids["fresh"] = store(service, content="Priya started the on-call rotation this week",
-                         timestamp=ago(clock, 5))
+    ids["stale"] = store(
+        service,
+        content="a fan failed in rack 12 and was replaced by facilities",
+        timestamp=ago(clock, 120),
+    )
+    ids["aging_old"] = store(
+        service, content="the marketing site moved to a static generator", timestamp=ago(clock, 70)
+    )
+    ids["aging_young"] = store(
+        service,
+        content="we renamed the mobile app to Orbit in the stores",
+        timestamp=ago(clock, 40),
+    )
+    ids["fresh"] = store(
+        service, content="Priya started the on-call rotation this week", timestamp=ago(clock, 5)
+    )
     return ids
 
 
 EVICTION_ORDER = ["old_runtime", "stale", "stale_cited", "aging_old", "aging_young"]
-NEVER_EVICTED = ["citing_fact", "new_runtime", "new_owner", "old_owner", "procedure", "pinned",
-                 "fresh"]
+NEVER_EVICTED = [
+    "citing_fact",
+    "new_runtime",
+    "new_owner",
+    "old_owner",
+    "procedure",
+    "pinned",
+    "fresh",
+]
 
 
 def levels(service: MemoryService, ids: dict[str, str]) -> dict[str, str]:
     fresh = {
         r["id"]: r["freshness"]["staleness"]
-        for r in service.recall({"query": "team", "limit": 50, "include_stale": True,
-                                 "include_invalidated": True})["results"]
+        for r in service.recall(
+            {"query": "team", "limit": 50, "include_stale": True, "include_invalidated": True}
+        )["results"]
     }
     return {name: fresh.get(memory_id, "?") for name, memory_id in ids.items()}
 
@@ -195,10 +229,16 @@ def test_budget_evicts_in_the_spec_priority_order(make_service: ServiceFactory) 
 
 def test_storing_over_budget_evicts_automatically(make_service: ServiceFactory) -> None:
     service = make_service(clock=lambda: NOW, lifecycle={"max_memories": 3})
-    old = store(service, content="the quarterly offsite took place in Lisbon",
-                timestamp=to_iso(NOW - timedelta(days=200)))
-    older = store(service, content="the coffee machine on floor 3 was replaced",
-                  timestamp=to_iso(NOW - timedelta(days=300)))
+    old = store(
+        service,
+        content="the quarterly offsite took place in Lisbon",
+        timestamp=to_iso(NOW - timedelta(days=200)),
+    )
+    older = store(
+        service,
+        content="the coffee machine on floor 3 was replaced",
+        timestamp=to_iso(NOW - timedelta(days=300)),
+    )
     fact = store(service, subject="office", predicate="located_in", object="Berlin")
     assert service.meta.count_memories() == 3
     fresh = store(service, content="the design review for the new search page is on Friday")
@@ -210,14 +250,24 @@ def test_storing_over_budget_evicts_automatically(make_service: ServiceFactory) 
 
 def test_storage_size_budget_evicts_only_what_may_go(make_service: ServiceFactory) -> None:
     service = make_service(clock=lambda: NOW)
-    stale = store(service, content="the legacy FTP server was switched off",
-                  timestamp=to_iso(NOW - timedelta(days=150)))
-    aging = store(service, content="we trialled a four-day week in the support team",
-                  timestamp=to_iso(NOW - timedelta(days=45)))
+    stale = store(
+        service,
+        content="the legacy FTP server was switched off",
+        timestamp=to_iso(NOW - timedelta(days=150)),
+    )
+    aging = store(
+        service,
+        content="we trialled a four-day week in the support team",
+        timestamp=to_iso(NOW - timedelta(days=45)),
+    )
     fresh = store(service, content="the new hire laptops arrived this morning")
     fact = store(service, subject="support", predicate="uses", object="zendesk")
-    procedure = store(service, type="procedural", name="reset-password",
-                      steps=["verify identity", "send reset link"])
+    procedure = store(
+        service,
+        type="procedural",
+        name="reset-password",
+        steps=["verify identity", "send reset link"],
+    )
     service.settings.lifecycle.max_storage_mb = 0.001  # far below what any store occupies
     assert service.enforce_budget() == 2
     assert not service.meta.memory_exists(stale) and not service.meta.memory_exists(aging)
@@ -270,10 +320,16 @@ def test_retention_sweep_runs_when_the_store_opens(
 
 def test_pinning_through_reflect_protects_from_eviction(make_service: ServiceFactory) -> None:
     service = make_service(clock=lambda: NOW)
-    keep = store(service, content="the original data-center lease was signed in 2019",
-                 timestamp=to_iso(NOW - timedelta(days=400)))
-    other = store(service, content="a printer jam stopped the payroll run for an hour",
-                  timestamp=to_iso(NOW - timedelta(days=300)))
+    keep = store(
+        service,
+        content="the original data-center lease was signed in 2019",
+        timestamp=to_iso(NOW - timedelta(days=400)),
+    )
+    other = store(
+        service,
+        content="a printer jam stopped the payroll run for an hour",
+        timestamp=to_iso(NOW - timedelta(days=300)),
+    )
     assert service.reflect({"pin_ids": [keep]})["pinned"] == [keep]
     assert service.meta.get_memory(keep).pinned  # type: ignore[union-attr]
     candidates = [c["id"] for c in service.reflect({})["forget_candidates"]]

@@ -34,9 +34,28 @@ def long_procedure() -> dict[str, object]:
         f"step {n}: check the {word} dashboard, compare the error budget with last week's "
         f"baseline and write the {word} findings into the incident channel before moving on"
         for n, word in enumerate(
-            ["billing", "search", "checkout", "payments", "ledger", "email", "mobile", "auth",
-             "export", "import", "reports", "alerts", "webhooks", "uploads", "sessions",
-             "metrics", "tracing", "queues", "cron", "backups"]
+            [
+                "billing",
+                "search",
+                "checkout",
+                "payments",
+                "ledger",
+                "email",
+                "mobile",
+                "auth",
+                "export",
+                "import",
+                "reports",
+                "alerts",
+                "webhooks",
+                "uploads",
+                "sessions",
+                "metrics",
+                "tracing",
+                "queues",
+                "cron",
+                "backups",
+            ]
         )
     ]
     return {"type": "procedural", "name": "weekly-health-review", "steps": steps}
@@ -98,10 +117,14 @@ def test_cascade_removes_entities_only_the_forgotten_memories_referenced(
 ) -> None:
     gone, kept = stored_ids(
         service,
-        {"content": "Grafana alerting paged the on-call for the payments outage",
-         "entities": ["grafana", "payments"]},
-        {"content": "the payments service moved to the new Kafka cluster",
-         "entities": ["payments", "kafka"]},
+        {
+            "content": "Grafana alerting paged the on-call for the payments outage",
+            "entities": ["grafana", "payments"],
+        },
+        {
+            "content": "the payments service moved to the new Kafka cluster",
+            "entities": ["payments", "kafka"],
+        },
     )
     [fact] = stored_ids(
         service, {"subject": "loki", "predicate": "stores", "object": "thirty days of logs"}

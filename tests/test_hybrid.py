@@ -9,14 +9,18 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from tests.conftest import ServiceFactory
 
 from ferrex.core.service import MemoryService
-from tests.conftest import ServiceFactory
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
-KEYWORD_TARGET = "Postmortem for ticket QZX-9071: a misconfigured nginx rate limiter rejected API calls"
-PARAPHRASE_TARGET = "the checkout became painfully slow for shoppers right after the holiday promotion went live"
+KEYWORD_TARGET = (
+    "Postmortem for ticket QZX-9071: a misconfigured nginx rate limiter rejected API calls"
+)
+PARAPHRASE_TARGET = (
+    "the checkout became painfully slow for shoppers right after the holiday promotion went live"
+)
 DISTRACTORS = [
     "the website homepage got a new hero banner for the spring campaign",
     "customer support answered twice as many chats this week",
@@ -53,7 +57,10 @@ QUERY = "QZX-9071 purchasing was sluggish for buyers around the seasonal deal"
 
 def _load(service: MemoryService) -> dict[str, str]:
     stored = service.store_many(
-        [{"content": text, "timestamp": "2026-11-20T09:00:00Z"} for text in [KEYWORD_TARGET, PARAPHRASE_TARGET, *DISTRACTORS]]
+        [
+            {"content": text, "timestamp": "2026-11-20T09:00:00Z"}
+            for text in [KEYWORD_TARGET, PARAPHRASE_TARGET, *DISTRACTORS]
+        ]
     )
     assert all("error" not in s for s in stored), stored
     return {"keyword": stored[0]["id"], "paraphrase": stored[1]["id"]}
@@ -89,19 +96,31 @@ def test_both_channels_contribute_to_fused_results(make_service: ServiceFactory)
 def loaded(make_service: ServiceFactory) -> tuple[MemoryService, dict[str, str]]:
     service = make_service(clock=lambda: NOW)
     ids = {}
-    ids["e_tokio"] = service.store({
-        "content": "switched the api-server pool to tokio::sync::Semaphore to fix a deadlock",
-        "timestamp": "2026-11-02T10:00:00Z", "entities": ["api-server", "Tokio"],
-    })["id"]
-    ids["e_billing"] = service.store({
-        "content": "billing-service invoices were delayed by a stuck Stripe webhook",
-        "timestamp": "2026-11-20T10:00:00Z", "entities": ["billing-service", "Stripe"],
-    })["id"]
-    ids["s_tokio"] = service.store({"subject": "api-server", "predicate": "uses", "object": "tokio 1.38"})["id"]
-    ids["p_deploy"] = service.store({
-        "type": "procedural", "name": "deploy-api-server", "entities": ["api-server"],
-        "steps": ["run cargo test", "build the release image", "roll out with kubectl"],
-    })["id"]
+    ids["e_tokio"] = service.store(
+        {
+            "content": "switched the api-server pool to tokio::sync::Semaphore to fix a deadlock",
+            "timestamp": "2026-11-02T10:00:00Z",
+            "entities": ["api-server", "Tokio"],
+        }
+    )["id"]
+    ids["e_billing"] = service.store(
+        {
+            "content": "billing-service invoices were delayed by a stuck Stripe webhook",
+            "timestamp": "2026-11-20T10:00:00Z",
+            "entities": ["billing-service", "Stripe"],
+        }
+    )["id"]
+    ids["s_tokio"] = service.store(
+        {"subject": "api-server", "predicate": "uses", "object": "tokio 1.38"}
+    )["id"]
+    ids["p_deploy"] = service.store(
+        {
+            "type": "procedural",
+            "name": "deploy-api-server",
+            "entities": ["api-server"],
+            "steps": ["run cargo test", "build the release image", "roll out with kubectl"],
+        }
+    )["id"]
     return service, ids
 
 
@@ -109,7 +128,9 @@ def test_types_filter(loaded: tuple[MemoryService, dict[str, str]]) -> None:
     service, ids = loaded
     result = service.recall({"query": "api-server tokio", "types": ["semantic"], "limit": 10})
     assert [r["id"] for r in result["results"]] == [ids["s_tokio"]]
-    result = service.recall({"query": "api-server tokio", "types": ["episodic", "procedural"], "limit": 10})
+    result = service.recall(
+        {"query": "api-server tokio", "types": ["episodic", "procedural"], "limit": 10}
+    )
     assert {r["type"] for r in result["results"]} <= {"episodic", "procedural"}
     assert ids["s_tokio"] not in [r["id"] for r in result["results"]]
 
@@ -118,24 +139,38 @@ def test_entities_filter_resolves_names(loaded: tuple[MemoryService, dict[str, s
     service, ids = loaded
     for name in ("api-server", "API Server", "api_server"):
         result = service.recall({"query": "what happened", "entities": [name], "limit": 10})
-        assert {r["id"] for r in result["results"]} == {ids["e_tokio"], ids["s_tokio"], ids["p_deploy"]}
+        assert {r["id"] for r in result["results"]} == {
+            ids["e_tokio"],
+            ids["s_tokio"],
+            ids["p_deploy"],
+        }
     result = service.recall({"query": "what happened", "entities": ["stripe"], "limit": 10})
     assert [r["id"] for r in result["results"]] == [ids["e_billing"]]
-    unknown = service.recall({"query": "what happened", "entities": ["kubernetes-operator"], "limit": 10})
+    unknown = service.recall(
+        {"query": "what happened", "entities": ["kubernetes-operator"], "limit": 10}
+    )
     assert unknown["results"] == [] and unknown["unresolved_entities"] == ["kubernetes-operator"]
 
 
 def test_time_range_filter(loaded: tuple[MemoryService, dict[str, str]]) -> None:
     service, ids = loaded
-    result = service.recall({
-        "query": "incident", "types": ["episodic"], "limit": 10,
-        "time_range": {"after": "2026-11-10T00:00:00Z"},
-    })
+    result = service.recall(
+        {
+            "query": "incident",
+            "types": ["episodic"],
+            "limit": 10,
+            "time_range": {"after": "2026-11-10T00:00:00Z"},
+        }
+    )
     assert [r["id"] for r in result["results"]] == [ids["e_billing"]]
-    result = service.recall({
-        "query": "incident", "types": ["episodic"], "limit": 10,
-        "time_range": {"after": "2026-11-01", "before": "2026-11-03"},
-    })
+    result = service.recall(
+        {
+            "query": "incident",
+            "types": ["episodic"],
+            "limit": 10,
+            "time_range": {"after": "2026-11-01", "before": "2026-11-03"},
+        }
+    )
     assert [r["id"] for r in result["results"]] == [ids["e_tokio"]]
 
 

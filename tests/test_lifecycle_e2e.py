@@ -72,20 +72,35 @@ async def store(client: Client, **arguments: Any) -> str:
 
 async def seed_aging_store(client: Client) -> dict[str, str]:
     ids = {
-        "e10": await store(client, content="the incident review for the checkout outage was "
-                           "held with the payments team", timestamp=days_ago(10)),
-        "e45": await store(client, content="the payments team rewrote the checkout retry "
-                           "logic after the outage", timestamp=days_ago(45)),
-        "e120": await store(client, content="an early checkout outage was caused by an expired "
-                            "payments certificate", timestamp=days_ago(120)),
-        "old_fact": await store(client, subject="checkout", predicate="uses",
-                                object="stripe api 2022-11"),
-        "fact": await store(client, subject="checkout", predicate="uses",
-                            object="stripe api 2024-06"),
-        "ci_deploy": await store(client, type="procedural", name="deploy-runner",
-                                 steps=DEPLOY_STEPS, namespace="ci-infra"),
-        "deploy": await store(client, type="procedural", name="deploy-runner",
-                              steps=DEPLOY_STEPS),
+        "e10": await store(
+            client,
+            content="the incident review for the checkout outage was held with the payments team",
+            timestamp=days_ago(10),
+        ),
+        "e45": await store(
+            client,
+            content="the payments team rewrote the checkout retry logic after the outage",
+            timestamp=days_ago(45),
+        ),
+        "e120": await store(
+            client,
+            content="an early checkout outage was caused by an expired payments certificate",
+            timestamp=days_ago(120),
+        ),
+        "old_fact": await store(
+            client, subject="checkout", predicate="uses", object="stripe api 2022-11"
+        ),
+        "fact": await store(
+            client, subject="checkout", predicate="uses", object="stripe api 2024-06"
+        ),
+        "ci_deploy": await store(
+            client,
+            type="procedural",
+            name="deploy-runner",
+            steps=DEPLOY_STEPS,
+            namespace="ci-infra",
+        ),
+        "deploy": await store(client, type="procedural", name="deploy-runner", steps=DEPLOY_STEPS),
     }
     return ids
 
@@ -101,14 +116,16 @@ async def test_aged_memories_move_from_fresh_to_aging_to_stale(
         ids = await seed_aging_store(client)
         default = await ok(client, "recall", {"query": outage, "types": ["episodic"]})
         assert {r["id"]: r["freshness"]["staleness"] for r in default["results"]} == {
-            ids["e10"]: "fresh", ids["e45"]: "aging"
+            ids["e10"]: "fresh",
+            ids["e45"]: "aging",
         }
         assert default["stale_held_back"] == 1
         assert "include_stale" in default["note"]
         everything = await levels(client, outage, types=["episodic"], include_stale=True)
         assert everything[ids["e120"]] == "stale"
-        facts = await levels(client, "what does checkout use", types=["semantic"],
-                             include_invalidated=True)
+        facts = await levels(
+            client, "what does checkout use", types=["semantic"], include_invalidated=True
+        )
         assert facts == {ids["fact"]: "fresh", ids["old_fact"]: "superseded"}
         stats = await ok(client, "stats", {})
         assert stats["needs_attention"]["stale_count"] == 1
@@ -129,8 +146,9 @@ async def test_aged_memories_move_from_fresh_to_aging_to_stale(
         everything = await levels(client, outage, types=["episodic"], include_stale=True)
         assert everything == {ids["e10"]: "aging", ids["e45"]: "stale", ids["e120"]: "stale"}
 
-        facts = await ok(client, "recall", {"query": "what does checkout use",
-                                            "types": ["semantic"]})
+        facts = await ok(
+            client, "recall", {"query": "what does checkout use", "types": ["semantic"]}
+        )
         [fact] = facts["results"]
         assert fact["id"] == ids["fact"]
         assert fact["freshness"]["staleness"] == "aging"
@@ -138,8 +156,9 @@ async def test_aged_memories_move_from_fresh_to_aging_to_stale(
         assert fact["freshness"]["last_validated"] is None  # ...which never validates
         confirmed = await ok(client, "reflect", {"confirm_ids": [ids["fact"]]})
         assert confirmed["confirmed"] == [ids["fact"]]
-        facts = await ok(client, "recall", {"query": "what does checkout use",
-                                            "types": ["semantic"]})
+        facts = await ok(
+            client, "recall", {"query": "what does checkout use", "types": ["semantic"]}
+        )
         assert facts["results"][0]["freshness"]["staleness"] == "fresh"
         assert facts["results"][0]["freshness"]["last_validated"] is not None
 
@@ -156,7 +175,13 @@ async def test_aged_memories_move_from_fresh_to_aging_to_stale(
 
 SPEC_BRIEF_KEYS = {"total", "recent", "needs_attention"}
 SPEC_DETAILED_KEYS = {
-    "counts", "staleness", "conflicts", "entities", "storage_mb", "recent", "needs_attention"
+    "counts",
+    "staleness",
+    "conflicts",
+    "entities",
+    "storage_mb",
+    "recent",
+    "needs_attention",
 }
 
 
@@ -168,10 +193,16 @@ async def test_stats_forget_cascade_and_cache_through_mcp(
     tmp_path: Path, models_dir: Path, embedder: FastEmbedEmbedder
 ) -> None:
     async with mcp_client(tmp_path / "d", models_dir) as client:
-        shared = await store(client, content="the grafana dashboards show the kafka consumer lag",
-                             entities=["grafana", "kafka"])
-        only = await store(client, content="loki keeps thirty days of kafka broker logs",
-                           entities=["loki", "kafka"])
+        shared = await store(
+            client,
+            content="the grafana dashboards show the kafka consumer lag",
+            entities=["grafana", "kafka"],
+        )
+        only = await store(
+            client,
+            content="loki keeps thirty days of kafka broker logs",
+            entities=["loki", "kafka"],
+        )
         await store(client, subject="kafka", predicate="version", object="3.6")
         await store(client, subject="kafka", predicate="version", object="3.7", confidence=0.5)
 
@@ -183,7 +214,9 @@ async def test_stats_forget_cascade_and_cache_through_mcp(
         assert embedder.count_tokens(json.dumps(brief)) < 300
         assert brief["total"] == 4
         assert brief["needs_attention"] == {
-            "stale_count": 0, "conflict_count": 1, "unvalidated_count": 0
+            "stale_count": 0,
+            "conflict_count": 1,
+            "unvalidated_count": 0,
         }
         detailed = await ok(client, "stats", {"detailed": True})
         assert set(detailed) >= SPEC_DETAILED_KEYS
@@ -200,15 +233,18 @@ async def test_stats_forget_cascade_and_cache_through_mcp(
         assert again["results"] and [r["id"] for r in again["results"]] == [
             r["id"] for r in first["results"]
         ]
-        new = await store(client, content="the kafka consumer lag alert now pages after 5 minutes",
-                          entities=["kafka"])
+        new = await store(
+            client,
+            content="the kafka consumer lag alert now pages after 5 minutes",
+            entities=["kafka"],
+        )
         after_store = await recall_explained(client, query)
         assert after_store["cache_hit"] is False
         assert new in [r["id"] for r in after_store["results"]]
 
-        forgotten = await ok(client, "forget", {
-            "ids": [only, "mem_000000000000deadbeef"], "cascade": True
-        })
+        forgotten = await ok(
+            client, "forget", {"ids": [only, "mem_000000000000deadbeef"], "cascade": True}
+        )
         assert forgotten["deleted"] == [only]
         assert forgotten["not_found"] == ["mem_000000000000deadbeef"]
         assert forgotten["entities_removed"] == ["loki"]
@@ -228,27 +264,51 @@ async def test_small_budget_evicts_in_priority_order(tmp_path: Path, models_dir:
     data.mkdir()
     (data / "ferrex.toml").write_text("[lifecycle]\nmax_memories = 5\n", encoding="utf-8")
     async with mcp_client(data, models_dir) as client:
-        oldest = await store(client, content="the first office opened above a bakery",
-                             timestamp=days_ago(200))
-        stale = await store(client, content="the intranet moved from Confluence to Notion",
-                            timestamp=days_ago(120))
-        expired = await store(client, subject="intranet", predicate="hosted_on",
-                              object="a rack server", timestamp=days_ago(400))
-        procedure = await store(client, type="procedural", name="onboard-hire",
-                                steps=["create accounts", "ship the laptop"])
-        current = await store(client, subject="intranet", predicate="hosted_on",
-                              object="notion cloud", timestamp=days_ago(200))
+        oldest = await store(
+            client, content="the first office opened above a bakery", timestamp=days_ago(200)
+        )
+        stale = await store(
+            client, content="the intranet moved from Confluence to Notion", timestamp=days_ago(120)
+        )
+        expired = await store(
+            client,
+            subject="intranet",
+            predicate="hosted_on",
+            object="a rack server",
+            timestamp=days_ago(400),
+        )
+        procedure = await store(
+            client,
+            type="procedural",
+            name="onboard-hire",
+            steps=["create accounts", "ship the laptop"],
+        )
+        current = await store(
+            client,
+            subject="intranet",
+            predicate="hosted_on",
+            object="notion cloud",
+            timestamp=days_ago(200),
+        )
         fresh = []
-        for text in ("Mina joined the design team", "the espresso machine was fixed",
-                     "the all-hands moved to Thursdays", "the VPN client was updated"):
+        for text in (
+            "Mina joined the design team",
+            "the espresso machine was fixed",
+            "the all-hands moved to Thursdays",
+            "the VPN client was updated",
+        ):
             fresh.append(await store(client, content=text))
         stats = await ok(client, "stats", {"detailed": True})
         # Three evictions (the expired fact goes even under budget, at the latest when over it)
         # kept it within budget; the last store found nothing evictable.
         assert stats["evictions"]["total"] == 3
         assert stats["total"] == 6
-        everything = await levels(client, "office intranet onboarding design espresso VPN",
-                                  include_stale=True, include_invalidated=True)
+        everything = await levels(
+            client,
+            "office intranet onboarding design espresso VPN",
+            include_stale=True,
+            include_invalidated=True,
+        )
         assert set(everything) == {procedure, current, *fresh}
         failed = await call(client, "forget", {"ids": [oldest]})
         assert failed["not_found"] == [oldest]

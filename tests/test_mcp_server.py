@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from tests.conftest import call, ferrex_command, mcp_client, ok
 
 from ferrex.server.tools import (
     FORGET_DESCRIPTION,
@@ -16,7 +17,6 @@ from ferrex.server.tools import (
     STATS_DESCRIPTION,
     STORE_DESCRIPTION,
 )
-from tests.conftest import call, ferrex_command, mcp_client, ok
 
 pytestmark = pytest.mark.anyio
 
@@ -35,7 +35,9 @@ EXPECTED_ANNOTATIONS = {
 }
 
 
-async def test_lists_exactly_five_tools_with_schemas_and_annotations(tmp_path: Path, models_dir: Path) -> None:
+async def test_lists_exactly_five_tools_with_schemas_and_annotations(
+    tmp_path: Path, models_dir: Path
+) -> None:
     started = time.monotonic()
     async with mcp_client(tmp_path / "d", models_dir) as client:
         listed = await client.list_tools()
@@ -63,13 +65,27 @@ async def test_lists_exactly_five_tools_with_schemas_and_annotations(tmp_path: P
         ) == EXPECTED_ANNOTATIONS[name]
     store_props = tools["store"].input_schema["properties"]
     for parameter in (
-        "type", "content", "subject", "predicate", "object", "confidence", "source", "entities",
-        "context", "supersedes",
+        "type",
+        "content",
+        "subject",
+        "predicate",
+        "object",
+        "confidence",
+        "source",
+        "entities",
+        "context",
+        "supersedes",
     ):
         assert parameter in store_props
     recall_props = tools["recall"].input_schema["properties"]
     for parameter in (
-        "query", "types", "limit", "time_range", "entities", "include_stale", "include_invalidated",
+        "query",
+        "types",
+        "limit",
+        "time_range",
+        "entities",
+        "include_stale",
+        "include_invalidated",
     ):
         assert parameter in recall_props
     assert tools["recall"].input_schema["required"] == ["query"]
@@ -81,43 +97,81 @@ async def test_lists_exactly_five_tools_with_schemas_and_annotations(tmp_path: P
 async def test_round_trip_for_each_memory_type(tmp_path: Path, models_dir: Path) -> None:
     recent = (datetime.now(UTC) - timedelta(days=3)).strftime("%Y-%m-%dT%H:%M:%SZ")
     async with mcp_client(tmp_path / "d", models_dir) as client:
-        episodic = await ok(client, "store", {
-            "content": "user debugged a deadlock in the connection pool by switching to "
-            "tokio::sync::Semaphore | 2026-04-03 | api-server project | outcome: success",
-            "context": {"task": "bug-fix", "project": "api-server", "outcome": "success"},
-            "timestamp": recent,
-            "entities": ["connection-pool", "tokio::sync::Semaphore", "api-server"],
-        })
+        episodic = await ok(
+            client,
+            "store",
+            {
+                "content": "user debugged a deadlock in the connection pool by switching to "
+                "tokio::sync::Semaphore | 2026-04-03 | api-server project | outcome: success",
+                "context": {"task": "bug-fix", "project": "api-server", "outcome": "success"},
+                "timestamp": recent,
+                "entities": ["connection-pool", "tokio::sync::Semaphore", "api-server"],
+            },
+        )
         assert episodic["type"] == "episodic" and episodic["status"] == "stored"
-        semantic = await ok(client, "store", {
-            "subject": "api-server", "predicate": "uses", "object": "tokio 1.38", "confidence": 0.95,
-        })
+        semantic = await ok(
+            client,
+            "store",
+            {
+                "subject": "api-server",
+                "predicate": "uses",
+                "object": "tokio 1.38",
+                "confidence": 0.95,
+            },
+        )
         assert semantic["type"] == "semantic"
-        procedural = await ok(client, "store", {
-            "type": "procedural", "name": "deploy-to-staging",
-            "conditions": ["branch is main", "tests pass"],
-            "steps": ["build release", "push to registry", "apply k8s manifest"],
-        })
+        procedural = await ok(
+            client,
+            "store",
+            {
+                "type": "procedural",
+                "name": "deploy-to-staging",
+                "conditions": ["branch is main", "tests pass"],
+                "steps": ["build release", "push to registry", "apply k8s manifest"],
+            },
+        )
         assert procedural["type"] == "procedural" and procedural["version"] == 1
 
-        found = await ok(client, "recall", {"query": "how did we fix the connection pool deadlock?"})
+        found = await ok(
+            client, "recall", {"query": "how did we fix the connection pool deadlock?"}
+        )
         assert found["results"][0]["id"] == episodic["id"]
         first = found["results"][0]
         assert first["content"].startswith("user debugged a deadlock")
-        assert set(first) >= {"id", "type", "content", "score", "age_days", "entities", "created_at", "freshness"}
+        assert set(first) >= {
+            "id",
+            "type",
+            "content",
+            "score",
+            "age_days",
+            "entities",
+            "created_at",
+            "freshness",
+        }
         assert first["entities"] == ["connection-pool", "tokio::sync::Semaphore", "api-server"]
 
         facts = await ok(client, "recall", {"query": "api-server", "types": ["semantic"]})
         assert facts["results"][0]["id"] == semantic["id"]
         assert facts["results"][0]["object"] == "tokio 1.38"
 
-        anything = await ok(client, "recall", {"query": "the branch is main and the tests pass, how to ship?"})
+        anything = await ok(
+            client, "recall", {"query": "the branch is main and the tests pass, how to ship?"}
+        )
         assert procedural["id"] in [r["id"] for r in anything["results"][:2]]
-        procedure = await ok(client, "recall", {
-            "query": "the branch is main and the tests pass, how to ship?", "types": ["procedural"],
-        })
+        procedure = await ok(
+            client,
+            "recall",
+            {
+                "query": "the branch is main and the tests pass, how to ship?",
+                "types": ["procedural"],
+            },
+        )
         assert procedure["results"][0]["id"] == procedural["id"]
-        assert procedure["results"][0]["steps"] == ["build release", "push to registry", "apply k8s manifest"]
+        assert procedure["results"][0]["steps"] == [
+            "build release",
+            "push to registry",
+            "apply k8s manifest",
+        ]
 
 
 INVALID_CALLS = [
@@ -142,14 +196,20 @@ INVALID_CALLS = [
 ]
 
 
-async def test_invalid_calls_get_stable_error_codes_and_server_stays_up(tmp_path: Path, models_dir: Path) -> None:
+async def test_invalid_calls_get_stable_error_codes_and_server_stays_up(
+    tmp_path: Path, models_dir: Path
+) -> None:
     async with mcp_client(tmp_path / "d", models_dir) as client:
         for tool, arguments, code in INVALID_CALLS:
             payload = await call(client, tool, arguments)
             assert "error" in payload, (tool, arguments, payload)
             assert payload["error"]["code"] == code, (tool, arguments, payload)
             message = payload["error"]["message"]
-            assert "Traceback" not in message and str(tmp_path) not in message and "/site-packages/" not in message
+            assert (
+                "Traceback" not in message
+                and str(tmp_path) not in message
+                and "/site-packages/" not in message
+            )
         unknown = await call(client, "remember", {})
         assert unknown["error"]["code"] == "unknown_tool"
         # Nothing was written by any rejected call, and the server still answers.
@@ -169,7 +229,9 @@ async def test_restart_persistence(tmp_path: Path, models_dir: Path) -> None:
             "the dashboard moved its state management from Redux to Zustand",
         ):
             ids.append((await ok(client, "store", {"content": text}))["id"])
-        before = await ok(client, "recall", {"query": "which database does billing use", "limit": 3})
+        before = await ok(
+            client, "recall", {"query": "which database does billing use", "limit": 3}
+        )
     async with mcp_client(data, models_dir) as client:
         after = await ok(client, "recall", {"query": "which database does billing use", "limit": 3})
         stats = await ok(client, "stats", {})
@@ -188,7 +250,12 @@ async def test_model_pinning_refuses_another_tier(tmp_path: Path, models_dir: Pa
         capture_output=True,
         text=True,
         timeout=60,
-        env={"PATH": "/usr/bin:/bin", "FERREX_MODELS_DIR": str(models_dir), "FERREX_OFFLINE": "1", "HOME": str(tmp_path)},
+        env={
+            "PATH": "/usr/bin:/bin",
+            "FERREX_MODELS_DIR": str(models_dir),
+            "FERREX_OFFLINE": "1",
+            "HOME": str(tmp_path),
+        },
     )
     assert process.returncode != 0
     assert "sentence-transformers/all-MiniLM-L6-v2" in process.stderr
@@ -213,7 +280,10 @@ def test_closed_qdrant_port_fails_fast_with_exact_message(tmp_path: Path) -> Non
     )
     elapsed = time.monotonic() - started
     assert process.returncode != 0
-    assert process.stderr.strip().splitlines()[-1] == f"error: cannot connect to Qdrant at {url} — is it running?"
+    assert (
+        process.stderr.strip().splitlines()[-1]
+        == f"error: cannot connect to Qdrant at {url} — is it running?"
+    )
     assert elapsed < 3.5
     assert process.stdout == ""
 
@@ -243,13 +313,24 @@ def _handshake(process: subprocess.Popen[str]) -> list[dict]:
 
     assert process.stdin is not None and process.stdout is not None
     messages = [
-        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "raw-test", "version": "0"}}},
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "raw-test", "version": "0"},
+            },
+        },
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
         {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
-        {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
-         "params": {"name": "store", "arguments": {"content": "raw protocol test memory"}}},
+        {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": "store", "arguments": {"content": "raw protocol test memory"}},
+        },
     ]
     for message in messages:
         process.stdin.write(json.dumps(message) + "\n")
@@ -264,7 +345,9 @@ def _handshake(process: subprocess.Popen[str]) -> list[dict]:
 
 
 @pytest.mark.parametrize("how", ["eof", "sigterm", "sigint"])
-def test_clean_shutdown_and_stdout_is_only_protocol(tmp_path: Path, models_dir: Path, how: str) -> None:
+def test_clean_shutdown_and_stdout_is_only_protocol(
+    tmp_path: Path, models_dir: Path, how: str
+) -> None:
     import signal
 
     data = tmp_path / "d"

@@ -6,22 +6,35 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from qdrant_client import QdrantClient, models
+from tests.conftest import ServiceFactory
 
 from ferrex.store.qdrant import COLLECTION, QdrantIndex
-from tests.conftest import ServiceFactory
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 MEMORIES = [
-    {"content": "the api-server switched to tokio::sync::Semaphore to fix a pool deadlock",
-     "timestamp": "2026-11-25T10:00:00Z", "entities": ["api-server", "tokio"]},
-    {"content": "billing-service invoices were delayed by a stuck Stripe webhook (INC-2231)",
-     "timestamp": "2026-11-26T10:00:00Z", "entities": ["billing-service", "stripe"]},
-    {"content": "the dashboard team replaced Redux with Zustand for state management",
-     "timestamp": "2026-11-27T10:00:00Z", "entities": ["dashboard"]},
+    {
+        "content": "the api-server switched to tokio::sync::Semaphore to fix a pool deadlock",
+        "timestamp": "2026-11-25T10:00:00Z",
+        "entities": ["api-server", "tokio"],
+    },
+    {
+        "content": "billing-service invoices were delayed by a stuck Stripe webhook (INC-2231)",
+        "timestamp": "2026-11-26T10:00:00Z",
+        "entities": ["billing-service", "stripe"],
+    },
+    {
+        "content": "the dashboard team replaced Redux with Zustand for state management",
+        "timestamp": "2026-11-27T10:00:00Z",
+        "entities": ["dashboard"],
+    },
     {"subject": "api-server", "predicate": "written_in", "object": "Rust"},
     {"subject": "billing-service", "predicate": "owned_by", "object": "the payments team"},
-    {"type": "procedural", "name": "deploy-to-staging", "conditions": ["tests pass"],
-     "steps": ["build the image", "push it to the registry", "apply the manifests"]},
+    {
+        "type": "procedural",
+        "name": "deploy-to-staging",
+        "conditions": ["tests pass"],
+        "steps": ["build the image", "push it to the registry", "apply the manifests"],
+    },
 ]
 QUERIES = [
     {"query": "INC-2231"},
@@ -33,7 +46,10 @@ QUERIES = [
 
 
 def _contents(response: dict) -> list[str]:
-    return [r.get("content") or f"{r['subject']} {r['predicate']} {r['object']}" for r in response["results"]]
+    return [
+        r.get("content") or f"{r['subject']} {r['predicate']} {r['object']}"
+        for r in response["results"]
+    ]
 
 
 def test_collection_schema(make_service: ServiceFactory) -> None:
@@ -47,12 +63,22 @@ def test_collection_schema(make_service: ServiceFactory) -> None:
     sparse = info.config.params.sparse_vectors
     assert sparse is not None and sparse["bm25"].modifier == models.Modifier.IDF
     point = client.scroll(COLLECTION, limit=1, with_payload=True)[0][0]
-    assert set(point.payload or {}) >= {"memory_id", "namespace", "type", "entities", "time", "t_invalid", "model"}
+    assert set(point.payload or {}) >= {
+        "memory_id",
+        "namespace",
+        "type",
+        "entities",
+        "time",
+        "t_invalid",
+        "model",
+    }
 
 
 def test_same_results_as_the_embedded_engine(make_service: ServiceFactory) -> None:
     edge = make_service(clock=lambda: NOW)
-    local = make_service(clock=lambda: NOW, index=QdrantIndex(QdrantClient(":memory:"), mode="local"))
+    local = make_service(
+        clock=lambda: NOW, index=QdrantIndex(QdrantClient(":memory:"), mode="local")
+    )
     for service in (edge, local):
         stored = service.store_many(MEMORIES)
         assert all("error" not in s for s in stored)
@@ -67,11 +93,15 @@ def test_supersede_forget_and_history_on_qdrant_client(make_service: ServiceFact
     client = QdrantClient(":memory:")
     service = make_service(clock=lambda: NOW, index=QdrantIndex(client, mode="local"))
     old = service.store({"subject": "api-server", "predicate": "uses", "object": "tokio 1.36"})
-    new = service.store({"subject": "api-server", "predicate": "depends-on", "object": "tokio 1.38"})
+    new = service.store(
+        {"subject": "api-server", "predicate": "depends-on", "object": "tokio 1.38"}
+    )
     assert new["status"] == "superseded" and new["superseded"] == [old["id"]]
     current = service.recall({"query": "api-server tokio", "types": ["semantic"]})
     assert [r["id"] for r in current["results"]] == [new["id"]]
-    history = service.recall({"query": "api-server tokio", "types": ["semantic"], "include_invalidated": True})
+    history = service.recall(
+        {"query": "api-server tokio", "types": ["semantic"], "include_invalidated": True}
+    )
     assert {r["id"] for r in history["results"]} == {old["id"], new["id"]}
     gone = service.forget({"ids": [new["id"]]})
     assert gone["deleted"] == [new["id"]]

@@ -32,19 +32,37 @@ def ago(days: float) -> str:
 
 
 MEMORIES: list[dict[str, Any]] = [
-    {"content": "the payments service timed out because the connection pool was too small",
-     "entities": ["payments", "connection-pool"], "timestamp": ago(2)},
-    {"content": "we raised the payments connection pool from 10 to 50 connections",
-     "entities": ["payments", "connection-pool"], "timestamp": ago(45)},
-    {"content": "an old incident: the payments database ran out of disk space",
-     "entities": ["payments"], "timestamp": ago(140)},
-    {"content": "the search team tuned the Elasticsearch heap to 16 GB",
-     "entities": ["search"], "timestamp": ago(10)},
+    {
+        "content": "the payments service timed out because the connection pool was too small",
+        "entities": ["payments", "connection-pool"],
+        "timestamp": ago(2),
+    },
+    {
+        "content": "we raised the payments connection pool from 10 to 50 connections",
+        "entities": ["payments", "connection-pool"],
+        "timestamp": ago(45),
+    },
+    {
+        "content": "an old incident: the payments database ran out of disk space",
+        "entities": ["payments"],
+        "timestamp": ago(140),
+    },
+    {
+        "content": "the search team tuned the Elasticsearch heap to 16 GB",
+        "entities": ["search"],
+        "timestamp": ago(10),
+    },
     {"subject": "payments", "predicate": "uses", "object": "postgres 14", "timestamp": ago(300)},
     {"subject": "payments", "predicate": "uses", "object": "postgres 16", "timestamp": ago(20)},
-    {"type": "procedural", "name": "resize-connection-pool",
-     "steps": ["edit the pool size in values.yaml", "roll the deployment",
-               "watch the pool saturation graph"]},
+    {
+        "type": "procedural",
+        "name": "resize-connection-pool",
+        "steps": [
+            "edit the pool size in values.yaml",
+            "roll the deployment",
+            "watch the pool saturation graph",
+        ],
+    },
 ]
 
 QUERIES: list[dict[str, Any]] = [
@@ -159,8 +177,12 @@ def test_a_write_to_another_namespace_keeps_the_cache(service: MemoryService) ->
     seed(service)
     query = {"query": "search cluster heap size", "limit": 10}
     before = service.recall(query)
-    service.store({"content": "the search cluster heap is 64 GB in the analytics project",
-                   "namespace": "analytics"})
+    service.store(
+        {
+            "content": "the search cluster heap is 64 GB in the analytics project",
+            "namespace": "analytics",
+        }
+    )
     other = service.recall({**query, "namespace": "analytics"})
     assert len(other["results"]) == 1
     again = service.recall(query)

@@ -11,10 +11,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-
-from ferrex.embed.reranker import FastEmbedReranker
 from tests.conftest import ServiceFactory, call, mcp_client, ok
 from tests.support.tiny_cross_encoder import build_tiny_cross_encoder
+
+from ferrex.embed.reranker import FastEmbedReranker
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 INCIDENTS = [
@@ -51,11 +51,17 @@ ANIMALS = [
 ]
 
 
-def test_reranker_reorders_the_fused_head(make_service: ServiceFactory, tiny_model: Path, models_dir: Path) -> None:
+def test_reranker_reorders_the_fused_head(
+    make_service: ServiceFactory, tiny_model: Path, models_dir: Path
+) -> None:
     plain = make_service(clock=lambda: NOW)
-    reranked = make_service(clock=lambda: NOW, reranker=_reranker(tiny_model, models_dir), rerank=True)
+    reranked = make_service(
+        clock=lambda: NOW, reranker=_reranker(tiny_model, models_dir), rerank=True
+    )
     for service in (plain, reranked):
-        service.store_many([{"content": text, "timestamp": "2026-11-28T10:00:00Z"} for text in ANIMALS])
+        service.store_many(
+            [{"content": text, "timestamp": "2026-11-28T10:00:00Z"} for text in ANIMALS]
+        )
     query = {"query": "what animals did we see on the safari", "limit": 5, "explain": True}
     without = plain.recall(query)
     with_rerank = reranked.recall(query)
@@ -71,7 +77,9 @@ def test_reranker_reorders_the_fused_head(make_service: ServiceFactory, tiny_mod
     for item in with_rerank["results"][1:]:
         assert item["explain"]["rerank_score"] == pytest.approx(-2.0)
     # Same candidates either way: reranking reorders, it does not change what was retrieved.
-    assert {r["content"] for r in without["results"]} == {r["content"] for r in with_rerank["results"]}
+    assert {r["content"] for r in without["results"]} == {
+        r["content"] for r in with_rerank["results"]
+    }
 
 
 def test_rerank_window_keeps_fused_order_for_the_rest(
@@ -108,9 +116,12 @@ def test_rerank_window_keeps_fused_order_for_the_rest(
 def test_procedural_chunks_are_deduplicated_before_rerank(
     make_service: ServiceFactory, tiny_model: Path, models_dir: Path
 ) -> None:
-    service = make_service(clock=lambda: NOW, reranker=_reranker(tiny_model, models_dir), rerank=True)
+    service = make_service(
+        clock=lambda: NOW, reranker=_reranker(tiny_model, models_dir), rerank=True
+    )
     steps = [
-        f"step {i}: " + " ".join(["inspect the zebra crossing paint and log the result"] * 6) for i in range(12)
+        f"step {i}: " + " ".join(["inspect the zebra crossing paint and log the result"] * 6)
+        for i in range(12)
     ]
     stored = service.store({"type": "procedural", "name": "crossing-audit", "steps": steps})
     assert stored["chunks"] == 12
@@ -149,25 +160,75 @@ def test_token_budget_cuts_results_in_rank_order(service: object) -> None:
     assert full["count"] == 12
     sizes = [service.embedder.count_text_tokens(r["content"]) for r in full["results"]]
     budget = sum(sizes[:4]) + sizes[4] // 2
-    cut = service.recall({"query": "ingest worker out of memory", "limit": 12, "max_tokens": budget})
+    cut = service.recall(
+        {"query": "ingest worker out of memory", "limit": 12, "max_tokens": budget}
+    )
     assert [r["id"] for r in cut["results"]] == [r["id"] for r in full["results"][:4]]
     assert cut["truncated"] == 8
     assert cut["tokens"] == sum(sizes[:4]) <= budget
-    everything = service.recall({"query": "ingest worker out of memory", "limit": 12, "max_tokens": 100_000})
+    everything = service.recall(
+        {"query": "ingest worker out of memory", "limit": 12, "max_tokens": 100_000}
+    )
     assert everything["truncated"] == 0 and everything["count"] == 12
 
 
 def varied_sentences(count: int) -> list[str]:
     """Distinct, unrelated sentences (so near-duplicate rejection keeps them all)."""
-    people = ["Ana", "Bo", "Chen", "Dara", "Eli", "Femi", "Gus", "Hana", "Ivo", "Juno", "Kai", "Lea", "Mo", "Nia"]
-    acts = ["repaired", "painted", "sold", "photographed", "measured", "shipped", "cleaned", "tuned",
-            "inspected", "borrowed", "catalogued", "weighed", "insured", "polished", "moved"]
-    things = ["violin", "tractor", "server rack", "sailboat", "greenhouse", "telescope", "bakery oven",
-              "bicycle", "piano", "drone", "loom", "kayak", "printing press", "beehive", "forklift"]
+    people = [
+        "Ana",
+        "Bo",
+        "Chen",
+        "Dara",
+        "Eli",
+        "Femi",
+        "Gus",
+        "Hana",
+        "Ivo",
+        "Juno",
+        "Kai",
+        "Lea",
+        "Mo",
+        "Nia",
+    ]
+    acts = [
+        "repaired",
+        "painted",
+        "sold",
+        "photographed",
+        "measured",
+        "shipped",
+        "cleaned",
+        "tuned",
+        "inspected",
+        "borrowed",
+        "catalogued",
+        "weighed",
+        "insured",
+        "polished",
+        "moved",
+    ]
+    things = [
+        "violin",
+        "tractor",
+        "server rack",
+        "sailboat",
+        "greenhouse",
+        "telescope",
+        "bakery oven",
+        "bicycle",
+        "piano",
+        "drone",
+        "loom",
+        "kayak",
+        "printing press",
+        "beehive",
+        "forklift",
+    ]
     out = []
     for i in range(count):
         out.append(
-            f"{people[i % len(people)]} {acts[(i // 3) % len(acts)]} the {things[(i * 7) % len(things)]} "
+            f"{people[i % len(people)]} {acts[(i // 3) % len(acts)]} "
+            f"the {things[(i * 7) % len(things)]} "
             f"(ticket {1000 + i * 37})"
         )
     return out
@@ -194,7 +255,9 @@ def anyio_backend() -> str:
 
 
 @pytest.mark.anyio
-async def test_reranker_path_through_mcp(tmp_path: Path, tiny_model: Path, models_dir: Path) -> None:
+async def test_reranker_path_through_mcp(
+    tmp_path: Path, tiny_model: Path, models_dir: Path
+) -> None:
     recent = (datetime.now(UTC) - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
     async with mcp_client(tmp_path / "d", models_dir, "--reranker-path", str(tiny_model)) as client:
         for text in ANIMALS:
@@ -222,10 +285,20 @@ def test_missing_reranker_warns_once_on_stderr(tmp_path: Path, models_dir: Path)
         import json
 
         for number in range(4, 8):
-            process.stdin.write(json.dumps({
-                "jsonrpc": "2.0", "id": number, "method": "tools/call",
-                "params": {"name": "recall", "arguments": {"query": f"protocol test {number}"}},
-            }) + "\n")
+            process.stdin.write(
+                json.dumps(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": number,
+                        "method": "tools/call",
+                        "params": {
+                            "name": "recall",
+                            "arguments": {"query": f"protocol test {number}"},
+                        },
+                    }
+                )
+                + "\n"
+            )
             process.stdin.flush()
             reply = json.loads(process.stdout.readline())
             assert reply["result"]["structuredContent"]["reranked"] is False
@@ -240,8 +313,9 @@ def test_missing_reranker_warns_once_on_stderr(tmp_path: Path, models_dir: Path)
 
 
 def test_models_load_lazily(tmp_path: Path, models_dir: Path) -> None:
-    from ferrex.bootstrap import Options, build_service
     from tests.conftest import make_settings
+
+    from ferrex.bootstrap import Options, build_service
 
     settings = make_settings(tmp_path / "d", models_dir, rerank=True)
     service = build_service(settings, Options(explicit_model_tier=True))

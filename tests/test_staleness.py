@@ -97,8 +97,15 @@ def level(item: Memory, config: StalenessConfig = DEFAULTS) -> str:
 
 @pytest.mark.parametrize(
     ("days", "expected"),
-    [(0, "fresh"), (29, "fresh"), (30, "aging"), (31, "aging"), (89, "aging"), (90, "stale"),
-     (91, "stale")],
+    [
+        (0, "fresh"),
+        (29, "fresh"),
+        (30, "aging"),
+        (31, "aging"),
+        (89, "aging"),
+        (90, "stale"),
+        (91, "stale"),
+    ],
 )
 def test_episodic_levels_at_the_30_and_90_day_boundaries(days: int, expected: str) -> None:
     assert level(memory("episodic", age=days)) == expected
@@ -124,8 +131,14 @@ def test_semantic_fact_never_validated_counts_from_when_it_was_stored() -> None:
 
 @pytest.mark.parametrize(
     ("days", "expected"),
-    [(179, "fresh"), (180, "aging"), (181, "aging"), (364, "aging"), (365, "stale"),
-     (366, "stale")],
+    [
+        (179, "fresh"),
+        (180, "aging"),
+        (181, "aging"),
+        (364, "aging"),
+        (365, "stale"),
+        (366, "stale"),
+    ],
 )
 def test_procedural_levels_at_the_180_and_365_day_boundaries(days: int, expected: str) -> None:
     assert level(memory("procedural", age=days)) == expected
@@ -310,16 +323,29 @@ def recalled(service: MemoryService, query: str, **extra: Any) -> dict[str, dict
 
 
 def test_every_recall_result_carries_freshness(svc: MemoryService) -> None:
-    svc.store({"content": "the nightly backup job moved to 02:00 UTC",
-               "timestamp": to_iso(NOW - timedelta(days=40))})
+    svc.store(
+        {
+            "content": "the nightly backup job moved to 02:00 UTC",
+            "timestamp": to_iso(NOW - timedelta(days=40)),
+        }
+    )
     svc.store({"subject": "backup-job", "predicate": "runs_on", "object": "the ops-2 host"})
-    svc.store({"type": "procedural", "name": "restore-backup",
-               "steps": ["stop the api", "restore the snapshot", "start the api"]})
+    svc.store(
+        {
+            "type": "procedural",
+            "name": "restore-backup",
+            "steps": ["stop the api", "restore the snapshot", "start the api"],
+        }
+    )
     results = svc.recall({"query": "backup job", "limit": 10})["results"]
     assert len(results) == 3
     for result in results:
         assert set(result["freshness"]) == {
-            "age_days", "last_accessed", "last_validated", "access_count", "staleness"
+            "age_days",
+            "last_accessed",
+            "last_validated",
+            "access_count",
+            "staleness",
         }
     by_type = {r["type"]: r["freshness"] for r in results}
     assert by_type["episodic"]["age_days"] == 40 and by_type["episodic"]["staleness"] == "aging"
@@ -376,8 +402,14 @@ def test_supersede_validates_the_replaced_memory(svc: MemoryService, clock: Mova
     old = svc.store({"subject": "frontend", "predicate": "built_with", "object": "react 17"})
     clock.advance(100)
     assert level_of(svc, old["id"]) == "aging"
-    new = svc.store({"subject": "frontend", "predicate": "built_with", "object": "react 18",
-                     "supersedes": old["id"]})
+    new = svc.store(
+        {
+            "subject": "frontend",
+            "predicate": "built_with",
+            "object": "react 18",
+            "supersedes": old["id"],
+        }
+    )
     assert old["id"] in new["superseded"]
     assert row(svc, old["id"]).last_validated == clock.current
     history = recalled(svc, "frontend built with react", include_invalidated=True)
@@ -390,11 +422,21 @@ def test_supersede_validates_the_replaced_memory(svc: MemoryService, clock: Mova
 def test_citing_a_memory_as_source_validates_it(
     svc: MemoryService, clock: MovableClock, scheme: str
 ) -> None:
-    episode = svc.store({"content": "we load-tested the checkout flow at 5k requests per second",
-                         "timestamp": to_iso(NOW - timedelta(days=50))})
+    episode = svc.store(
+        {
+            "content": "we load-tested the checkout flow at 5k requests per second",
+            "timestamp": to_iso(NOW - timedelta(days=50)),
+        }
+    )
     assert level_of(svc, episode["id"]) == "aging"
-    fact = svc.store({"subject": "checkout-flow", "predicate": "handles", "object": "5k rps",
-                      "source": f"{scheme}:{episode['id']}"})
+    fact = svc.store(
+        {
+            "subject": "checkout-flow",
+            "predicate": "handles",
+            "object": "5k rps",
+            "source": f"{scheme}:{episode['id']}",
+        }
+    )
     assert fact["validated"] == [episode["id"]]
     assert row(svc, episode["id"]).last_validated == clock.current
     # Age 50, validated today: (50 + 0) / 2 = 25 effective days, fresh again.

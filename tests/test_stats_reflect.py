@@ -27,7 +27,13 @@ from ferrex.embed.reranker import FastEmbedReranker
 NOW = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
 ServiceFactory = Callable[..., MemoryService]
 SPEC_DETAILED_KEYS = {
-    "counts", "staleness", "conflicts", "entities", "storage_mb", "recent", "needs_attention"
+    "counts",
+    "staleness",
+    "conflicts",
+    "entities",
+    "storage_mb",
+    "recent",
+    "needs_attention",
 }
 
 
@@ -44,34 +50,52 @@ def store(service: MemoryService, **arguments: Any) -> str:
 def build_attention_store(service: MemoryService, clock: MovableClock) -> dict[str, str]:
     """A store with known numbers: 2 stale, 3 unvalidated, 1 conflict (see the comments)."""
     ids: dict[str, str] = {}
-    ids["confirmed_long_ago"] = store(service, subject="billing", predicate="owned_by",
-                                      object="team atlas")
+    ids["confirmed_long_ago"] = store(
+        service, subject="billing", predicate="owned_by", object="team atlas"
+    )
     clock.advance(50)
     service.reflect({"confirm_ids": [ids["confirmed_long_ago"]]})
-    ids["never_confirmed"] = store(service, subject="search", predicate="built_with",
-                                   object="opensearch")
+    ids["never_confirmed"] = store(
+        service, subject="search", predicate="built_with", object="opensearch"
+    )
     clock.advance(100)
     # Now: two facts last confirmed (or stored) 100 days ago -> aging and unvalidated.
-    ids["stale_120"] = store(service, content="a fan failed in rack 12 and was replaced",
-                             timestamp=ago(clock, 120))
-    ids["stale_200"] = store(service, content="the old wiki was exported to markdown",
-                             timestamp=ago(clock, 200))
-    ids["aging_45"] = store(service, content="the mobile team adopted Kotlin Multiplatform",
-                            timestamp=ago(clock, 45))  # aging, never validated
-    ids["aging_80_cited"] = store(service, content="we benchmarked the ledger at 9k writes/s",
-                                  timestamp=ago(clock, 80))
-    ids["citing"] = store(service, subject="ledger", predicate="handles", object="9k writes/s",
-                          source=f"memory:{ids['aging_80_cited']}")  # validates the episode
-    ids["fresh"] = store(service, content="Priya joined the platform team on Monday",
-                         timestamp=ago(clock, 1))
-    ids["db_current"] = store(service, subject="payments", predicate="uses",
-                              object="postgres 16", confidence=0.9)
-    ids["db_contested"] = store(service, subject="payments", predicate="uses",
-                                object="mysql 8", confidence=0.6)  # a contradiction
+    ids["stale_120"] = store(
+        service, content="a fan failed in rack 12 and was replaced", timestamp=ago(clock, 120)
+    )
+    ids["stale_200"] = store(
+        service, content="the old wiki was exported to markdown", timestamp=ago(clock, 200)
+    )
+    ids["aging_45"] = store(
+        service, content="the mobile team adopted Kotlin Multiplatform", timestamp=ago(clock, 45)
+    )  # aging, never validated
+    ids["aging_80_cited"] = store(
+        service, content="we benchmarked the ledger at 9k writes/s", timestamp=ago(clock, 80)
+    )
+    ids["citing"] = store(
+        service,
+        subject="ledger",
+        predicate="handles",
+        object="9k writes/s",
+        source=f"memory:{ids['aging_80_cited']}",
+    )  # validates the episode
+    ids["fresh"] = store(
+        service, content="Priya joined the platform team on Monday", timestamp=ago(clock, 1)
+    )
+    ids["db_current"] = store(
+        service, subject="payments", predicate="uses", object="postgres 16", confidence=0.9
+    )
+    ids["db_contested"] = store(
+        service, subject="payments", predicate="uses", object="mysql 8", confidence=0.6
+    )  # a contradiction
     ids["old_cache"] = store(service, subject="sessions", predicate="stored_in", object="redis 6")
     store(service, subject="sessions", predicate="stored_in", object="redis 7")  # supersedes
-    ids["runbook"] = store(service, type="procedural", name="failover-db",
-                           steps=["promote the replica", "repoint the pgbouncer"])
+    ids["runbook"] = store(
+        service,
+        type="procedural",
+        name="failover-db",
+        steps=["promote the replica", "repoint the pgbouncer"],
+    )
     return ids
 
 
@@ -153,35 +177,47 @@ def test_needs_attention_counts_are_real(
     service.reflect({"confirm_ids": [ids["never_confirmed"], ids["confirmed_long_ago"]]})
     service.forget({"ids": [ids["stale_200"], ids["db_contested"]]})
     assert service.stats({})["needs_attention"] == {
-        "stale_count": 1, "conflict_count": 0, "unvalidated_count": 1
+        "stale_count": 1,
+        "conflict_count": 0,
+        "unvalidated_count": 1,
     }
 
 
 def test_stats_are_per_namespace(attention: tuple[MemoryService, dict[str, str]]) -> None:
     service, _ = attention
-    service.store({"content": "the data team migrated dashboards to Superset",
-                   "namespace": "analytics"})
+    service.store(
+        {"content": "the data team migrated dashboards to Superset", "namespace": "analytics"}
+    )
     brief = service.stats({"namespace": "analytics"})
     assert brief["total"] == 1
     assert brief["needs_attention"] == {
-        "stale_count": 0, "conflict_count": 0, "unvalidated_count": 0
+        "stale_count": 0,
+        "conflict_count": 0,
+        "unvalidated_count": 0,
     }
     assert brief["recent"][0]["summary"] == "the data team migrated dashboards to Superset"
 
 
 # --------------------------------------------------------------------------- brief token size
 
+
 def words(text: str) -> list[str]:
     return text.split()
 
 
 WHO = words("alice bob carol dave erin frank grace heidi ivan judy mallory oscar olivia peggy")
-DID = words("fixed migrated deployed debugged reviewed benchmarked refactored documented profiled "
-       "upgraded patched audited tuned archived renamed sharded indexed throttled")
-WHAT = words("login billing search resizer gateway payments cache tokens metrics scheduler mailer "
-        "renderer limiter flags runner ledger invoices webhooks exports uploads sessions")
-WHEN = words("monday tuesday wednesday thursday friday saturday sunday january february march "
-        "april june july august october november december morning evening")
+DID = words(
+    "fixed migrated deployed debugged reviewed benchmarked refactored documented profiled "
+    "upgraded patched audited tuned archived renamed sharded indexed throttled"
+)
+WHAT = words(
+    "login billing search resizer gateway payments cache tokens metrics scheduler mailer "
+    "renderer limiter flags runner ledger invoices webhooks exports uploads sessions"
+)
+WHEN = words(
+    "monday tuesday wednesday thursday friday saturday sunday january february march "
+    "april june july august october november december morning evening"
+)
 AWKWARD = [
     "Überprüfung der Zahlungsdienst-Konfiguration: TLS-Zertifikate für api.eu-west-1 "
     "(2026-04-03, Ticket #48213) erneuert",
@@ -194,8 +230,10 @@ AWKWARD = [
 def bulk_items(count: int, seed: int) -> list[dict[str, Any]]:
     rng = random.Random(seed)
     return [
-        {"content": f"{rng.choice(WHO)} {rng.choice(DID)} {rng.choice(WHAT)} {rng.choice(WHEN)}",
-         "timestamp": to_iso(NOW - timedelta(days=rng.randint(0, 200)))}
+        {
+            "content": f"{rng.choice(WHO)} {rng.choice(DID)} {rng.choice(WHAT)} {rng.choice(WHEN)}",
+            "timestamp": to_iso(NOW - timedelta(days=rng.randint(0, 200))),
+        }
         for _ in range(count)
     ]
 
@@ -247,19 +285,30 @@ def test_reflect_lists_stale_and_unvalidated_memories_with_reasons(
     service, ids = attention
     report = service.reflect({})
     review = {item["id"]: item for item in report["needs_review"]}
-    assert set(review) == {ids[k] for k in (
-        "stale_120", "stale_200", "aging_45", "aging_80_cited", "confirmed_long_ago",
-        "never_confirmed",
-    )}
+    assert set(review) == {
+        ids[k]
+        for k in (
+            "stale_120",
+            "stale_200",
+            "aging_45",
+            "aging_80_cited",
+            "confirmed_long_ago",
+            "never_confirmed",
+        )
+    }
     assert report["needs_review_total"] == 6
     assert review[ids["stale_200"]]["staleness"] == "stale"
-    assert review[ids["stale_200"]]["reasons"] == ["stale: effective age 200 days",
-                                                   "never validated"]
+    assert review[ids["stale_200"]]["reasons"] == [
+        "stale: effective age 200 days",
+        "never validated",
+    ]
     assert review[ids["confirmed_long_ago"]]["reasons"] == [
-        "aging: effective age 100 days", "last validated 100 days ago"
+        "aging: effective age 100 days",
+        "last validated 100 days ago",
     ]
     assert review[ids["never_confirmed"]]["reasons"] == [
-        "aging: effective age 100 days", "never validated"
+        "aging: effective age 100 days",
+        "never validated",
     ]
     # Aging by age, but its source citation today confirmed it: not "unvalidated".
     assert review[ids["aging_80_cited"]]["reasons"] == ["aging: effective age 40 days"]
@@ -292,8 +341,7 @@ def test_reflect_sections_can_be_switched_off_and_limited(
     attention: tuple[MemoryService, dict[str, str]],
 ) -> None:
     service, _ = attention
-    report = service.reflect({"include_stale": False, "include_contradictions": False,
-                              "limit": 2})
+    report = service.reflect({"include_stale": False, "include_contradictions": False, "limit": 2})
     assert "needs_review" not in report and "contradictions" not in report
     assert len(report["forget_candidates"]) == 2
     assert len(service.reflect({"limit": 3})["needs_review"]) == 3
@@ -314,8 +362,12 @@ def test_forget_candidates_are_the_least_accessed(make_service: ServiceFactory) 
 
 def test_reflect_lists_alias_candidates(service: MemoryService) -> None:
     service.store({"content": "the auth service issues JWTs", "entities": ["auth service"]})
-    stored = service.store({"content": "the authentication service rotates its signing keys",
-                            "entities": ["authentication service"]})
+    stored = service.store(
+        {
+            "content": "the authentication service rotates its signing keys",
+            "entities": ["authentication service"],
+        }
+    )
     assert stored["entities"][0]["resolved_by"] == "new"  # close, but not merged
     [candidate] = service.reflect({})["alias_candidates"]
     assert candidate["name"] == "authentication service"
@@ -328,7 +380,8 @@ def test_reflect_lists_inactive_entities(make_service: ServiceFactory) -> None:
     service = make_service(clock=clock)
     service.store({"content": "Jenkins ran the nightly build", "entities": ["jenkins"]})
     clock.advance(100)
-    service.store({"content": "GitHub Actions ran the nightly build",
-                   "entities": ["github-actions"]})
+    service.store(
+        {"content": "GitHub Actions ran the nightly build", "entities": ["github-actions"]}
+    )
     inactive = service.reflect({})["inactive_entities"]
     assert [(e["name"], e["memories"]) for e in inactive] == [("jenkins", 1)]

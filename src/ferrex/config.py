@@ -58,7 +58,7 @@ def _default_type_thresholds() -> TypeThresholds:
 
 
 class StalenessWeights(_Section):
-    """Weights of the staleness score (spec Layer 2: high for age and validation, low for access)."""
+    """Staleness score weights (spec Layer 2: high for age and validation, low for access)."""
 
     age: float = Field(default=0.45, ge=0)
     validated: float = Field(default=0.45, ge=0)
@@ -345,7 +345,7 @@ def read_toml(path: Path) -> dict[str, Any]:
 
 
 def env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
-    """Settings from ``FERREX_*`` variables: ``FERREX_MODEL_TIER``, ``FERREX_RETRIEVAL__RRF_K``..."""
+    """Settings from ``FERREX_*`` variables (``FERREX_MODEL_TIER``, ``FERREX_RETRIEVAL__RRF_K``)."""
     data: dict[str, Any] = {}
     unknown: list[str] = []
     top = _fields_of(Settings)

@@ -1,4 +1,6 @@
-"""Ports: the small interfaces core depends on. ``ferrex.embed`` and ``ferrex.store`` implement them."""
+"""Ports: the small interfaces core depends on; ``ferrex.embed`` and ``ferrex.store`` implement
+them.
+"""
 
 from __future__ import annotations
 

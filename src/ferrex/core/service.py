@@ -214,7 +214,8 @@ class MemoryService:
             )
         if variant != info.variant and "local" not in (variant, info.variant):
             raise ModelMismatchError(
-                f"this store was embedded with {pinned} variant '{variant or 'fastembed'}', but the "
+                f"this store was embedded with {pinned} variant '{variant or 'fastembed'}', "
+                "but the "
                 f"loaded model is variant '{info.variant or 'fastembed'}'; mixing them would make "
                 "scores incomparable. Make the original variant available or run "
                 "`ferrex rebuild-index`."
@@ -1298,10 +1299,16 @@ class MemoryService:
         if loaded and self.embedder.warnings:
             if brief:
                 info = self.embedder.info
-                out.append(f"embedding model fallback: using bundled {info.name} ({info.dimension}-d)")
+                out.append(
+                    f"embedding model fallback: using bundled {info.name} ({info.dimension}-d)"
+                )
             else:
                 out.extend(self.embedder.warnings)
-        if self.settings.rerank and not self.reranker.available and self.reranker.unavailable_reason:
+        if (
+            self.settings.rerank
+            and not self.reranker.available
+            and self.reranker.unavailable_reason
+        ):
             if brief:
                 out.append("reranker unavailable: results are in fused order")
             else:

@@ -176,7 +176,7 @@ class FastEmbedEmbedder:
 
     def _finish(self, model: Any, tier: EmbeddingTier, *, source: str, variant: str = "") -> None:
         # Exercise the model once so any load error surfaces here, not mid-request.
-        probe = list(model.embed(["ferrex"]))[0]
+        probe = next(iter(model.embed(["ferrex"])))
         dimension = len(probe)
         tokenizer = _plain_tokenizer(model)
         self._model = model
@@ -204,7 +204,7 @@ class FastEmbedEmbedder:
 
     def embed_query(self, text: str) -> Vector:
         self.load()
-        vector = list(self._model.query_embed(f"{self._prefix_query}{text}"))[0]
+        vector = next(iter(self._model.query_embed(f"{self._prefix_query}{text}")))
         return _normalise(vector)
 
     def count_tokens(self, text: str) -> int:

@@ -99,7 +99,8 @@ STORE_INPUT: dict[str, Any] = {
         },
         "source": {
             "type": "string",
-            "description": 'Provenance (memory ID, URL, etc.); "memory:<id>" cites and validates that memory',
+            "description": 'Provenance (memory ID, URL, etc.); "memory:<id>" cites and '
+            "validates that memory",
         },
         "entities": {
             **_STRINGS,
@@ -170,7 +171,8 @@ RECALL_INPUT: dict[str, Any] = {
         },
         "include_invalidated": {
             "type": "boolean",
-            "description": "Include semantic facts with t_invalid set (historical queries), default false",
+            "description": "Include semantic facts with t_invalid set (historical queries), "
+            "default false",
         },
         "namespace": _NAMESPACE,
         "as_of": {"type": "string", "description": "ISO-8601 instant: return what was valid then"},
@@ -181,7 +183,8 @@ RECALL_INPUT: dict[str, Any] = {
         "max_tokens": {
             "type": "integer",
             "minimum": 1,
-            "description": "Token budget: results are cut, in rank order, when their content passes it",
+            "description": "Token budget: results are cut, in rank order, when their content "
+            "passes it",
         },
         "version": {"type": "integer", "minimum": 1, "description": "A specific procedure version"},
     },
@@ -195,7 +198,8 @@ FORGET_INPUT: dict[str, Any] = {
         "ids": {**_IDS, "description": "Specific memory IDs to delete"},
         "cascade": {
             "type": "boolean",
-            "description": "Also remove entity-memory links for entities only referenced by forgotten memories",
+            "description": "Also remove entity-memory links for entities only referenced by "
+            "forgotten memories",
         },
         "namespace": _NAMESPACE,
     },

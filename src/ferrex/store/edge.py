@@ -1,4 +1,4 @@
-"""EdgeIndex: the vector index on Qdrant Edge (``qdrant-edge-py``), in-process, under the data dir."""
+"""EdgeIndex: the vector index on Qdrant Edge (``qdrant-edge-py``), in-process, in the data dir."""
 
 from __future__ import annotations
 
@@ -161,7 +161,9 @@ class EdgeIndex:
                     with_payload=_RETURNED_FIELDS,
                 )
             )
-        channels = [_hits(points) for points in self.shard.query_batch(q.QueryBatchRequest(requests))]
+        channels = [
+            _hits(points) for points in self.shard.query_batch(q.QueryBatchRequest(requests))
+        ]
         return fuse_rrf(channels, rrf_k, limit)
 
     def dense_search(

@@ -209,7 +209,9 @@ class QdrantIndex:
                 raise
             # Older servers do not know namespace-scoped IDF: fall back to collection IDF.
             self._scoped_idf = False
-            plain = [r.model_copy(update={"params": None}) if r.using == SPARSE else r for r in requests]
+            plain = [
+                r.model_copy(update={"params": None}) if r.using == SPARSE else r for r in requests
+            ]
             return list(self.client.query_batch_points(self.collection, requests=plain))
 
     def _query(self, **kwargs: Any) -> list[models.ScoredPoint]:

@@ -1,4 +1,4 @@
-"""SQLite schema and its migrations, applied in order by schema version (``PRAGMA user_version``)."""
+"""SQLite schema and its migrations, applied in order of schema version (``user_version``)."""
 
 from __future__ import annotations
 

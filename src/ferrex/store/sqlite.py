@@ -392,7 +392,7 @@ class MetadataStore:
                 )
 
     def contradiction_groups(self, namespace: str, limit: int | None = None) -> list[list[Memory]]:
-        """Current single-valued facts sharing (subject, canonical predicate) with differing objects."""
+        """Current single-valued facts sharing subject + canonical predicate, objects differing."""
         sql = (
             "SELECT subject_entity_id, predicate_canonical FROM memories WHERE namespace = ? AND "
             "type = 'semantic' AND t_invalid IS NULL AND multi_valued = 0 AND "
