@@ -350,7 +350,7 @@ def _unpin_for_rebuild(settings: Settings) -> None:
         with meta.transaction():
             meta.set_meta(REBUILD_PENDING, "1")
             for key in (PIN_NAME, PIN_DIMENSION, PIN_VARIANT, PIN_SOURCE):
-                meta._x("DELETE FROM meta WHERE key = ?", (key,))
+                meta.delete_meta(key)
     finally:
         meta.close()
 

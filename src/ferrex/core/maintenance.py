@@ -151,10 +151,7 @@ def reembed_entities(service: MemoryService) -> int:
         vectors = service.embedder.embed_documents([r["display_name"] for r in batch])
         with service.meta.transaction():
             for row, vector in zip(batch, vectors, strict=True):
-                service.meta._x(
-                    "UPDATE entities SET embedding = ? WHERE id = ?",
-                    (np.asarray(vector, dtype=np.float32).tobytes(), row["id"]),
-                )
+                service.meta.set_entity_embedding(int(row["id"]), vector)
     return len(rows)
 
 
@@ -358,11 +355,7 @@ def import_records(
                 audit_duplicates += 1
                 continue
             with meta.transaction():
-                meta._x(
-                    "INSERT INTO audit (at, namespace, action, memory_id, other_id, detail) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    row,
-                )
+                meta.insert_audit_row(row)
             audit_rows += 1
     flush()
     service.entities.invalidate()

@@ -4,12 +4,15 @@ them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
 import numpy as np
+
+from ferrex.core.memory import Memory
 
 # --------------------------------------------------------------------------- vectors
 
@@ -168,3 +171,195 @@ class VectorIndex(Protocol):
     def size_bytes(self) -> int: ...
 
     def close(self) -> None: ...
+
+
+# --------------------------------------------------------------------------- metadata store
+
+
+@dataclass
+class EntityRow:
+    id: int
+    namespace: str
+    name: str
+    display_name: str
+    entity_type: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass
+class JournalEntry:
+    """One pending vector-index change of the dual write (the outbox)."""
+
+    seq: int
+    op: str
+    memory_id: str
+    namespace: str
+
+
+class MetadataStore(Protocol):
+    """The source of truth: memories, entities, the dual-write journal and the audit log.
+
+    Implemented by ``ferrex.store.sqlite.MetadataStore``.
+    """
+
+    def close(self) -> None: ...
+
+    @property
+    def schema_version(self) -> int: ...
+
+    def data_version(self) -> int: ...
+
+    def transaction(self) -> AbstractContextManager[None]: ...
+
+    def get_meta(self, key: str) -> str | None: ...
+
+    def set_meta(self, key: str, value: str) -> None: ...
+
+    def delete_meta(self, key: str) -> None: ...
+
+    def all_meta(self) -> dict[str, str]: ...
+
+    def insert_memory(self, memory: Memory) -> None: ...
+
+    def replace_memory(self, memory: Memory) -> None: ...
+
+    def memory_exists(self, memory_id: str) -> bool: ...
+
+    def get_memory(self, memory_id: str) -> Memory | None: ...
+
+    def get_memories(self, memory_ids: Sequence[str]) -> dict[str, Memory]: ...
+
+    def update_memory_fields(self, memory_id: str, **fields: Any) -> None: ...
+
+    def delete_memories(self, memory_ids: Sequence[str]) -> None: ...
+
+    def existing_ids(self, memory_ids: Sequence[str], namespace: str | None = None) -> set[str]: ...
+
+    def current_facts(self, namespace: str, subject_entity_id: int) -> list[Memory]: ...
+
+    def facts_for_predicate(
+        self, namespace: str, subject_entity_id: int, predicate_canonical: str
+    ) -> list[Memory]: ...
+
+    def predicates_of_subject(self, namespace: str, subject_entity_id: int) -> list[str]: ...
+
+    def procedure_versions(self, namespace: str, name: str) -> list[Memory]: ...
+
+    def memories_in_namespace(
+        self,
+        namespace: str | None,
+        *,
+        where: str = "1=1",
+        params: Sequence[Any] = (),
+        order: str = "created_at DESC, id",
+        limit: int | None = None,
+    ) -> list[Memory]: ...
+
+    def iter_memories(self, namespace: str | None = None, batch: int = 500) -> Iterator[Memory]: ...
+
+    def all_memory_ids(self) -> dict[str, int]: ...
+
+    def count_memories(self, namespace: str | None = None) -> int: ...
+
+    def count_by_type(self, namespace: str) -> dict[str, int]: ...
+
+    def namespaces(self) -> list[str]: ...
+
+    def recent_memories(self, namespace: str, limit: int) -> list[Memory]: ...
+
+    def referencing_sources(self, memory_ids: Sequence[str]) -> set[str]: ...
+
+    def bump_access(
+        self, memory_ids: Sequence[str], at: datetime, counts: dict[str, int]
+    ) -> None: ...
+
+    def contradiction_groups(
+        self, namespace: str, limit: int | None = None
+    ) -> list[list[Memory]]: ...
+
+    def count_contradictions(self, namespace: str) -> int: ...
+
+    def entity_by_name(self, namespace: str, name: str) -> EntityRow | None: ...
+
+    def entity(self, entity_id: int) -> EntityRow | None: ...
+
+    def entities_by_ids(self, entity_ids: Sequence[int]) -> dict[int, EntityRow]: ...
+
+    def entity_names(self, namespace: str) -> list[tuple[str, int]]: ...
+
+    def entity_embeddings(self, namespace: str) -> tuple[list[int], np.ndarray | None]: ...
+
+    def create_entity(
+        self,
+        namespace: str,
+        name: str,
+        display_name: str,
+        embedding: np.ndarray | None,
+        at: datetime,
+        entity_type: str | None = None,
+    ) -> int: ...
+
+    def insert_entity_row(self, row: dict[str, Any]) -> int: ...
+
+    def set_entity_embedding(self, entity_id: int, embedding: np.ndarray) -> None: ...
+
+    def touch_entity(self, entity_id: int, at: datetime) -> None: ...
+
+    def add_alias(
+        self, namespace: str, alias: str, entity_id: int, method: str, score: float, at: datetime
+    ) -> None: ...
+
+    def aliases_of(self, entity_ids: Sequence[int]) -> dict[int, list[dict[str, Any]]]: ...
+
+    def add_alias_candidate(
+        self, namespace: str, name: str, entity_id: int, score: float, at: datetime
+    ) -> None: ...
+
+    def alias_candidates(self, namespace: str, limit: int) -> list[dict[str, Any]]: ...
+
+    def link_entities(self, memory_id: str, entity_ids: Iterable[int]) -> None: ...
+
+    def orphan_entities(self, entity_ids: Sequence[int]) -> list[int]: ...
+
+    def delete_entities(self, entity_ids: Sequence[int]) -> None: ...
+
+    def count_entities(self, namespace: str) -> int: ...
+
+    def inactive_entities(
+        self, namespace: str, before: datetime, limit: int
+    ) -> list[dict[str, Any]]: ...
+
+    def entities_of_namespace(self, namespace: str | None) -> list[dict[str, Any]]: ...
+
+    def candidates_of_namespace(self, namespace: str | None) -> list[dict[str, Any]]: ...
+
+    def journal_add(self, op: str, memory_id: str, namespace: str, at: datetime) -> int: ...
+
+    def journal_done(self, seqs: Sequence[int]) -> None: ...
+
+    def journal_pending(self, limit: int | None = None) -> list[JournalEntry]: ...
+
+    def journal_backlog(self) -> int: ...
+
+    def audit(
+        self,
+        namespace: str,
+        action: str,
+        at: datetime,
+        memory_id: str | None = None,
+        other_id: str | None = None,
+        detail: dict[str, Any] | None = None,
+    ) -> None: ...
+
+    def insert_audit_row(self, row: Sequence[Any]) -> None: ...
+
+    def audit_entries(
+        self, namespace: str | None = None, action: str | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]: ...
+
+    def count_audit(self, namespace: str, action: str) -> int: ...
+
+    def last_audit_at(self, namespace: str, action: str) -> str | None: ...
+
+    def size_bytes(self) -> int: ...

@@ -34,6 +34,7 @@ from ferrex.core.ports import (
     Embedder,
     IndexFilter,
     IndexHit,
+    MetadataStore,
     ModelInfo,
     Reranker,
     SparseEncoder,
@@ -60,7 +61,6 @@ from ferrex.core.requests import (
 from ferrex.core.retrieval import Candidate, fit_budget, order_candidates, recency_boost
 from ferrex.core.staleness import STALE, Freshness, age_days, assess
 from ferrex.core.sync import IndexSync, PlannedMemory
-from ferrex.store.sqlite import MetadataStore
 
 log = structlog.get_logger("ferrex.service")
 

@@ -20,8 +20,15 @@ from ferrex.core.errors import FerrexError
 from ferrex.core.ids import point_id
 from ferrex.core.indexing import build_payload, validity_payload
 from ferrex.core.memory import Memory, embed_text
-from ferrex.core.ports import Embedder, IndexPoint, SparseEncoder, Vector, VectorIndex
-from ferrex.store.sqlite import JournalEntry, MetadataStore
+from ferrex.core.ports import (
+    Embedder,
+    IndexPoint,
+    JournalEntry,
+    MetadataStore,
+    SparseEncoder,
+    Vector,
+    VectorIndex,
+)
 
 log = structlog.get_logger("ferrex.sync")
 

@@ -11,7 +11,6 @@ import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import numpy as np
 
 from ferrex.core.clock import from_iso, to_iso
 from ferrex.core.memory import Memory, MemoryType
+from ferrex.core.ports import EntityRow, JournalEntry
 from ferrex.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 _MEMORY_COLUMNS = (
@@ -33,25 +33,6 @@ _SQL_CHUNK = 500
 
 class SchemaTooNewError(Exception):
     """The database was written by a newer ferrex."""
-
-
-@dataclass
-class EntityRow:
-    id: int
-    namespace: str
-    name: str
-    display_name: str
-    entity_type: str | None
-    created_at: datetime
-    updated_at: datetime
-
-
-@dataclass
-class JournalEntry:
-    seq: int
-    op: str
-    memory_id: str
-    namespace: str
 
 
 def _ts(value: datetime | None) -> str | None:
@@ -162,6 +143,9 @@ class MetadataStore:
             "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
             (key, value),
         )
+
+    def delete_meta(self, key: str) -> None:
+        self._x("DELETE FROM meta WHERE key = ?", (key,))
 
     def all_meta(self) -> dict[str, str]:
         return {row["key"]: row["value"] for row in self._q("SELECT key, value FROM meta")}
@@ -507,6 +491,10 @@ class MetadataStore:
         )
         return int(cursor.lastrowid or 0)
 
+    def set_entity_embedding(self, entity_id: int, embedding: np.ndarray) -> None:
+        blob = np.asarray(embedding, dtype=np.float32).tobytes()
+        self._x("UPDATE entities SET embedding = ? WHERE id = ?", (blob, entity_id))
+
     def touch_entity(self, entity_id: int, at: datetime) -> None:
         self._x("UPDATE entities SET updated_at = ? WHERE id = ?", (to_iso(at), entity_id))
 
@@ -670,6 +658,14 @@ class MetadataStore:
                 other_id,
                 None if detail is None else json.dumps(detail, sort_keys=True),
             ),
+        )
+
+    def insert_audit_row(self, row: Sequence[Any]) -> None:
+        """Import path: (at, namespace, action, memory_id, other_id, detail JSON)."""
+        self._x(
+            "INSERT INTO audit (at, namespace, action, memory_id, other_id, detail) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            tuple(row),
         )
 
     def audit_entries(
