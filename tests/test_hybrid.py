@@ -183,3 +183,20 @@ def test_limit_and_deterministic_order(loaded: tuple[MemoryService, dict[str, st
     runs.append(service.recall({"query": "api-server deadlock", "limit": 4}))
     orders = {tuple((r["id"], r["score"]) for r in run["results"]) for run in runs}
     assert len(orders) == 1
+
+
+def test_points_of_another_model_are_never_compared(make_service: ServiceFactory) -> None:
+    """Every vector carries its model; recall and dedup only compare points of the pinned model."""
+    service = make_service(clock=lambda: NOW)
+    kept = service.store({"content": "the ledger service stores invoices in PostgreSQL 16"})["id"]
+    alien = service.store({"content": "the ledger service archives invoices to S3 nightly"})["id"]
+    pin = service.embedder.info.pin
+    assert {p for p in service.index.points_by_memory()} == {kept, alien}
+    service.index.set_payload(alien, {"model": "some-other-model@768"})  # as if from another model
+    service.cache.invalidate()
+    ids = [r["id"] for r in service.recall({"query": "ledger service invoices", "limit": 10})["results"]]
+    assert ids == [kept]
+    # and a near-duplicate of the alien memory is not rejected against it
+    again = service.store({"content": "the ledger service archives invoices to S3 nightly"})
+    assert again["status"] == "stored"
+    assert pin.startswith("sentence-transformers/all-MiniLM-L6-v2")

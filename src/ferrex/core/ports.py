@@ -103,6 +103,8 @@ class IndexFilter:
     time_before: datetime | None = None
     validity: Validity = "current"
     as_of: datetime | None = None
+    # Only points embedded by this model are compared (never mix models; PRME RFC-0005 §4.2).
+    model: str | None = None
 
 
 @dataclass

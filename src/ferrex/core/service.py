@@ -614,7 +614,9 @@ class MemoryService:
         may legitimately be close, e.g. the earlier versions of the procedure being updated)."""
         memory = item.memory
         vector = item.vectors[0]
-        flt = IndexFilter(namespace=memory.namespace, types=(memory.type.value,))
+        flt = IndexFilter(
+            namespace=memory.namespace, types=(memory.type.value,), model=self.embedder.info.pin
+        )
         hits = [
             hit
             for hit in self.index.dense_search(
@@ -887,6 +889,7 @@ class MemoryService:
         if request.version is not None:
             types = ("procedural",)
         flt = IndexFilter(
+            model=self.embedder.info.pin,
             namespace=namespace,
             types=types,
             entity_ids=entity_ids,

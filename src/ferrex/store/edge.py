@@ -286,6 +286,8 @@ def _namespace_filter(flt: IndexFilter) -> q.Filter:
 
 def _filter(flt: IndexFilter) -> q.Filter:
     must: list[Any] = [q.FieldCondition("namespace", match=q.MatchValue(flt.namespace))]
+    if flt.model is not None:
+        must.append(q.FieldCondition("model", match=q.MatchValue(flt.model)))
     if flt.types:
         must.append(q.FieldCondition("type", match=q.MatchAny(list(flt.types))))
     if flt.entity_ids is not None:

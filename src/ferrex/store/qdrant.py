@@ -343,6 +343,8 @@ def _filter(flt: IndexFilter) -> models.Filter:
     must: list[Any] = [
         models.FieldCondition(key="namespace", match=models.MatchValue(value=flt.namespace))
     ]
+    if flt.model is not None:
+        must.append(models.FieldCondition(key="model", match=models.MatchValue(value=flt.model)))
     if flt.types:
         must.append(models.FieldCondition(key="type", match=models.MatchAny(any=list(flt.types))))
     if flt.entity_ids is not None:
