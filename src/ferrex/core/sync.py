@@ -9,6 +9,8 @@ idempotent, so a crash at any instant loses no acknowledged write and leaves no 
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -33,6 +35,24 @@ from ferrex.core.ports import (
 log = structlog.get_logger("ferrex.sync")
 
 ProgressFn = Callable[[int, int], None]
+
+# Phases of the dual write where a test hook may pause the process (crash-safety tests).
+PHASE_BEFORE_COMMIT = "before_sqlite_commit"
+PHASE_AFTER_COMMIT = "after_sqlite_commit"
+PHASE_AFTER_INDEX = "after_index_write"
+
+
+def checkpoint(phase: str) -> None:
+    """Test hook: with FERREX_TEST_PAUSE_AT=<phase>, announce the phase and wait to be killed."""
+    target = os.environ.get("FERREX_TEST_PAUSE_AT")
+    if target != phase:
+        return
+    marker = os.environ.get("FERREX_TEST_PAUSE_FILE")
+    if marker:
+        with open(marker, "w", encoding="utf-8") as handle:
+            handle.write(phase)
+    while True:  # pragma: no cover - the test kills the process here
+        time.sleep(3600)
 
 
 @dataclass

@@ -1,0 +1,707 @@
+"""Ingestion (spec, store steps 1-8): type resolution, dedup, chunking, embedding, entity
+resolution, conflict detection, procedure versions, and the dual write of the result."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import structlog
+
+from ferrex.config import Settings
+from ferrex.core import conflict as conflicts
+from ferrex.core import errors
+from ferrex.core.access import AccessTracker
+from ferrex.core.cache import RecallCache
+from ferrex.core.chunking import Chunk, plan_chunks, step_prefix
+from ferrex.core.clock import Clock
+from ferrex.core.dedup import find_duplicate
+from ferrex.core.entities import EntityResolution, EntityResolver
+from ferrex.core.errors import FerrexError
+from ferrex.core.ids import new_memory_id
+from ferrex.core.memory import Memory, MemoryType, detect_type, embed_text
+from ferrex.core.ports import (
+    Embedder,
+    IndexFilter,
+    IndexHit,
+    MetadataStore,
+    Reranker,
+    SparseEncoder,
+    Vector,
+    VectorIndex,
+)
+from ferrex.core.predicates import PredicateNormalizer
+from ferrex.core.procedures import (
+    current_version,
+    find_version,
+    next_version,
+    render_content,
+    same_definition,
+    same_name,
+)
+from ferrex.core.requests import (
+    StoreRequest,
+    parse,
+)
+from ferrex.core.sync import (
+    PHASE_AFTER_COMMIT,
+    PHASE_AFTER_INDEX,
+    PHASE_BEFORE_COMMIT,
+    IndexSync,
+    PlannedMemory,
+)
+from ferrex.core.sync import checkpoint as _checkpoint
+
+log = structlog.get_logger("ferrex.ingest")
+
+
+@dataclass
+class _Prepared:
+    """A validated store request with its memory built and its vectors computed."""
+
+    request: StoreRequest
+    memory: Memory
+    chunks: list[Chunk]
+    vectors: list[Vector]
+    entity_names: list[str]
+    subject_name: str | None = None
+    outcome: dict[str, Any] = field(default_factory=dict)
+
+
+class IngestMixin:
+    """The store pipeline of MemoryService."""
+
+    settings: Settings
+    meta: MetadataStore
+    index: VectorIndex
+    embedder: Embedder
+    sparse: SparseEncoder
+    reranker: Reranker
+    sync: IndexSync
+    entities: EntityResolver
+    cache: RecallCache
+    access: AccessTracker
+    clock: Clock
+    _write: threading.RLock
+
+    # Provided by MemoryService.
+    namespace: str
+    ensure_ready: Callable[[], None]
+    now: Callable[[], datetime]
+    normalizer: Callable[[str], PredicateNormalizer]
+    _after_write: Callable[[str], None]
+    _sync_external_writes: Callable[[], None]
+    enforce_budget: Callable[[], int]
+    sweep_retention: Callable[..., int]
+
+    # ================================================================== store
+
+    def store(self, arguments: Any) -> dict[str, Any]:
+        request = parse(StoreRequest, arguments, self.settings.limits, "store")
+        self.ensure_ready()
+        prepared = self._prepare(request)
+        results = self._commit([prepared], bulk=False)
+        return results[0]
+
+    def store_many(self, items: Sequence[Any], batch: int = 256) -> list[dict[str, Any]]:
+        """Bulk ingestion through the same pipeline (one transaction and one index write per batch).
+
+        Items that fail validation or are rejected come back as ``{"error": {...}}`` entries.
+        """
+        self.ensure_ready()
+        out: list[dict[str, Any]] = []
+        for start in range(0, len(items), batch):
+            chunk = items[start : start + batch]
+            prepared: list[_Prepared | dict[str, Any]] = []
+            requests: list[StoreRequest] = []
+            for item in chunk:
+                try:
+                    requests.append(parse(StoreRequest, item, self.settings.limits, "store"))
+                    prepared.append({})
+                except FerrexError as exc:
+                    prepared.append({"error": exc.to_dict()})
+            built = self._prepare_many(requests)
+            cursor = 0
+            for position, slot in enumerate(prepared):
+                if "error" in slot:
+                    continue
+                item_or_error = built[cursor]
+                cursor += 1
+                prepared[position] = item_or_error
+            ready = [p for p in prepared if isinstance(p, _Prepared)]
+            committed = iter(self._commit(ready, bulk=True))
+            for slot in prepared:
+                out.append(next(committed) if isinstance(slot, _Prepared) else slot)
+        return out
+
+    # ------------------------------------------------------------------ preparation
+
+    def _prepare(self, request: StoreRequest) -> _Prepared:
+        built = self._prepare_many([request])[0]
+        if isinstance(built, dict):
+            raise FerrexError(**built["error"])
+        return built
+
+    def _prepare_many(self, requests: Sequence[StoreRequest]) -> list[_Prepared | dict[str, Any]]:
+        now = self.now()
+        drafts: list[_Prepared | dict[str, Any]] = []
+        for request in requests:
+            try:
+                drafts.append(self._draft(request, now))
+            except FerrexError as exc:
+                drafts.append({"error": exc.to_dict()})
+        texts: list[str] = []
+        for draft in drafts:
+            if isinstance(draft, _Prepared):
+                texts.extend(chunk.text for chunk in draft.chunks)
+        vectors = self.embedder.embed_documents(texts) if texts else []
+        cursor = 0
+        for draft in drafts:
+            if isinstance(draft, _Prepared):
+                draft.vectors = vectors[cursor : cursor + len(draft.chunks)]
+                cursor += len(draft.chunks)
+        return drafts
+
+    def _draft(self, request: StoreRequest, now: datetime) -> _Prepared:
+        namespace = request.namespace or self.namespace
+        triple = [request.subject, request.predicate, request.object]
+        memory_type = detect_type(
+            request.type,
+            has_triple_field=any(v is not None for v in triple),
+            has_full_triple=all(v is not None for v in triple),
+            has_procedure_fields=bool(
+                request.steps or request.conditions or (request.name and request.type)
+            ),
+        )
+        self._require_fields(request, memory_type)
+        event_time = request.timestamp or now
+        memory = Memory(
+            id=new_memory_id(now),
+            namespace=namespace,
+            type=memory_type,
+            created_at=now,
+            updated_at=now,
+            event_time=event_time,
+            confidence=request.confidence,
+            source=request.source,
+            context=request.context,
+            pinned=request.pinned,
+            multi_valued=request.multi_valued,
+            last_validated=None,
+        )
+        subject_name = None
+        if memory_type is MemoryType.SEMANTIC:
+            memory.subject = request.subject
+            memory.predicate = request.predicate
+            memory.object = request.object
+            memory.t_valid = request.t_valid or request.timestamp or now
+            memory.event_time = memory.t_valid
+            subject_name = request.subject
+        elif memory_type is MemoryType.PROCEDURAL:
+            memory.name = request.name
+            memory.conditions = list(request.conditions or [])
+            memory.steps = list(request.steps or [])
+            memory.content = request.content or render_content(
+                request.name, memory.conditions, memory.steps
+            )
+            memory.t_valid = event_time
+        else:
+            memory.content = request.content
+            memory.t_valid = event_time
+        info = self.embedder.info
+        chunks = plan_chunks(
+            memory_type,
+            embed_text(memory),
+            steps=memory.steps,
+            count_tokens=self.embedder.count_tokens,
+            max_tokens=info.max_tokens,
+            step_prefix=step_prefix(memory),
+        )
+        memory.chunk_count = len(chunks)
+        memory.embed_model = info.pin
+        names = list(dict.fromkeys(n.strip() for n in (request.entities or []) if n.strip()))
+        if subject_name and subject_name.strip():
+            # The subject resolves first: _apply_one takes resolutions[0] as the fact's subject.
+            names = [subject_name.strip(), *(n for n in names if n != subject_name.strip())]
+        return _Prepared(request, memory, chunks, [], names, subject_name)
+
+    @staticmethod
+    def _require_fields(request: StoreRequest, memory_type: MemoryType) -> None:
+        if memory_type is MemoryType.SEMANTIC:
+            missing = [n for n in ("subject", "predicate", "object") if getattr(request, n) is None]
+            if missing:
+                raise FerrexError(
+                    errors.MISSING_FIELD,
+                    f"store: a semantic memory needs subject, predicate and object (missing: "
+                    f"{', '.join(missing)})",
+                    field=missing[0],
+                )
+        elif memory_type is MemoryType.PROCEDURAL:
+            if request.content is None and not request.steps and request.rollback_to is None:
+                raise FerrexError(
+                    errors.MISSING_FIELD,
+                    "store: a procedural memory needs 'content' or 'steps' (and ideally a 'name')",
+                    field="content",
+                )
+            if request.rollback_to is not None and not request.name:
+                raise FerrexError(
+                    errors.MISSING_FIELD,
+                    "store: rollback_to needs the procedure 'name'",
+                    field="name",
+                )
+        elif request.content is None:
+            raise FerrexError(
+                errors.MISSING_FIELD,
+                "store: an episodic memory needs 'content' (or give subject, predicate and object "
+                "for a semantic fact, or steps for a procedure)",
+                field="content",
+            )
+        if request.rollback_to is not None and memory_type is not MemoryType.PROCEDURAL:
+            raise FerrexError(
+                errors.INVALID_PARAMS, "store: rollback_to applies to procedural memories only"
+            )
+
+    # ------------------------------------------------------------------ commit
+
+    def _commit(self, prepared: Sequence[_Prepared], *, bulk: bool) -> list[dict[str, Any]]:
+        results: list[dict[str, Any]] = []
+        to_index: list[PlannedMemory] = []
+        to_payload: dict[str, Memory] = {}
+        namespaces: set[str] = set()
+        journal: list[int] = []
+        batch_vectors: list[tuple[_Prepared, Vector]] = []
+        with self._write:
+            now = self.now()
+            with self.meta.transaction():
+                for item in prepared:
+                    try:
+                        result = self._apply_one(item, now, batch_vectors, to_payload)
+                    except FerrexError as exc:
+                        if not bulk:
+                            raise
+                        results.append({"error": exc.to_dict()})
+                        continue
+                    results.append(result)
+                    if result.get("status") in {"duplicate"}:
+                        continue
+                    namespaces.add(item.memory.namespace)
+                    to_index.append(PlannedMemory(item.memory, item.chunks, item.vectors))
+                    batch_vectors.append((item, item.vectors[0]))
+                    journal.append(
+                        self.meta.journal_add("index", item.memory.id, item.memory.namespace, now)
+                    )
+                for memory in to_payload.values():
+                    namespaces.add(memory.namespace)
+                    journal.append(
+                        self.meta.journal_add("payload", memory.id, memory.namespace, now)
+                    )
+                _checkpoint(PHASE_BEFORE_COMMIT)
+            _checkpoint(PHASE_AFTER_COMMIT)
+            if to_index or to_payload:
+                self.sync.write_points(to_index)
+                self.sync.write_payloads(self.meta.get_memories(list(to_payload)).values())
+            _checkpoint(PHASE_AFTER_INDEX)
+            if journal:
+                self.meta.journal_done(journal)
+            for namespace in namespaces:
+                self._after_write(namespace)
+            self.entities.invalidate()
+        if namespaces:
+            self.enforce_budget()
+            self.sweep_retention()
+        return results
+
+    def _apply_one(
+        self,
+        item: _Prepared,
+        now: datetime,
+        batch_vectors: list[tuple[_Prepared, Vector]],
+        to_payload: dict[str, Memory],
+    ) -> dict[str, Any]:
+        memory = item.memory
+        request = item.request
+        namespace = memory.namespace
+        superseded_target: Memory | None = None
+        if request.supersedes is not None:
+            superseded_target = self.meta.get_memory(request.supersedes)
+            if superseded_target is None or superseded_target.namespace != namespace:
+                raise FerrexError(
+                    errors.NOT_FOUND,
+                    f"store: supersedes refers to an unknown memory id '{request.supersedes}' in "
+                    f"namespace '{namespace}'; find the id with recall. Nothing was stored.",
+                    id=request.supersedes,
+                )
+        resolutions = self._resolve_entities(namespace, item.entity_names, now)
+        memory.entity_ids = list(
+            dict.fromkeys(r.entity_id for r in resolutions if r.entity_id is not None)
+        )
+        memory.entities = []
+        result: dict[str, Any] = {
+            "id": memory.id,
+            "type": memory.type.value,
+            "namespace": namespace,
+        }
+        invalidate: list[Memory] = []
+        if superseded_target is not None:
+            invalidate.append(superseded_target)
+        if memory.type is MemoryType.SEMANTIC:
+            subject = resolutions[0] if resolutions else None
+            memory.subject_entity_id = subject.entity_id if subject else None
+            fact = self._semantic(item, now, superseded_target is not None, batch_vectors)
+            if fact.get("status") == "duplicate":
+                self._link_duplicate_entities(fact["id"], memory.entity_ids, to_payload)
+                return fact
+            invalidate.extend(fact.pop("_invalidate", []))
+            result.update(fact)
+        elif memory.type is MemoryType.PROCEDURAL:
+            result.update(
+                self._procedural(
+                    item, now, invalidate, batch_vectors, superseded_target is not None
+                )
+            )
+        else:
+            if superseded_target is None:
+                self._dedup(item, batch_vectors)
+        # ---- SQLite writes (inside the caller's transaction)
+        self.meta.insert_memory(memory)
+        self.meta.link_entities(memory.id, memory.entity_ids)
+        for old in invalidate:
+            if old.t_invalid is None:
+                old_t_invalid = memory.t_valid or now
+                self.meta.update_memory_fields(
+                    old.id, t_invalid=old_t_invalid, superseded_by=memory.id, updated_at=now
+                )
+                old.t_invalid = old_t_invalid
+                to_payload[old.id] = old
+                self.meta.audit(
+                    namespace,
+                    "supersede",
+                    now,
+                    memory_id=old.id,
+                    other_id=memory.id,
+                    detail={"reason": _supersede_reason(old is superseded_target, memory, result)},
+                )
+        if superseded_target is not None:
+            # Spec Layer 3: an explicit supersede validates the subject area it touches.
+            self.meta.update_memory_fields(superseded_target.id, last_validated=now)
+            result["superseded"] = sorted({*result.get("superseded", []), superseded_target.id})
+        cited = _cited_memory(request.source)
+        if cited is not None and cited != memory.id:
+            target = self.meta.get_memory(cited)
+            if target is not None and target.namespace == namespace:
+                self.meta.update_memory_fields(cited, last_validated=now)
+                self.meta.audit(
+                    namespace,
+                    "validate",
+                    now,
+                    memory_id=cited,
+                    other_id=memory.id,
+                    detail={"reason": "cited as source"},
+                )
+                result["validated"] = [cited]
+        self.meta.audit(
+            namespace, "store", now, memory_id=memory.id, detail={"type": memory.type.value}
+        )
+        result.setdefault("status", "stored")
+        names = [r for r in resolutions if r.entity_id is not None]
+        if names:
+            result["entities"] = [
+                {"name": r.name, "entity_id": r.entity_id, "resolved_by": r.method} for r in names
+            ]
+        if memory.chunk_count > 1:
+            result["chunks"] = memory.chunk_count
+        if memory.pinned:
+            result["pinned"] = True
+        return result
+
+    def _link_duplicate_entities(
+        self, existing_id: str, entity_ids: Sequence[int], to_payload: dict[str, Memory]
+    ) -> None:
+        """Entities named with a duplicate fact belong to the fact that is kept (never orphans)."""
+        existing = self.meta.get_memory(existing_id)
+        if existing is None:
+            return
+        added = [e for e in entity_ids if e not in existing.entity_ids]
+        if added:
+            self.meta.link_entities(existing_id, added)
+            to_payload[existing_id] = existing
+
+    def _resolve_entities(
+        self, namespace: str, names: Sequence[str], now: datetime
+    ) -> list[EntityResolution]:
+        return [self.entities.resolve(namespace, name, create=True, at=now) for name in names]
+
+    def _dedup(
+        self,
+        item: _Prepared,
+        batch_vectors: Sequence[tuple[_Prepared, Vector]],
+        exclude: frozenset[str] = frozenset(),
+    ) -> None:
+        """Reject a near-duplicate of a same-type memory of the namespace (``exclude``: ids that
+        may legitimately be close, e.g. the earlier versions of the procedure being updated)."""
+        memory = item.memory
+        vector = item.vectors[0]
+        flt = IndexFilter(
+            namespace=memory.namespace, types=(memory.type.value,), model=self.embedder.info.pin
+        )
+        hits = [
+            hit
+            for hit in self.index.dense_search(
+                vector, flt, 3 + len(exclude), self.settings.retrieval.hnsw_ef
+            )
+            if hit.memory_id not in exclude
+        ]
+        for other, other_vector in batch_vectors:
+            if (
+                other.memory.namespace == memory.namespace
+                and other.memory.type is memory.type
+                and other.memory.id not in exclude
+            ):
+                score = float(np.dot(vector, other_vector))
+                hits.append(IndexHit(point_id="", memory_id=other.memory.id, score=score))
+        duplicate = find_duplicate(hits, self.settings.dedup.threshold)
+        if duplicate is not None:
+            raise FerrexError(
+                errors.DUPLICATE,
+                f"similar memory already exists: {duplicate.memory_id} (cosine "
+                f"{duplicate.similarity:.3f}). Nothing was stored; to replace it, store again with "
+                f'supersedes="{duplicate.memory_id}".',
+                existing_id=duplicate.memory_id,
+                similarity=duplicate.similarity,
+            )
+
+    def _object_cosine(self, a: str, b: str) -> float:
+        va, vb = self.embedder.embed_documents([a, b])
+        return float(np.dot(va, vb))
+
+    def _multi_valued(self, namespace: str, request: StoreRequest, canonical: str) -> bool:
+        if request.multi_valued:
+            return True
+        normalizer = self.normalizer(namespace)
+        configured = {
+            normalizer.canonical(p) for p in self.settings.conflict.multi_valued(namespace)
+        }
+        return canonical in configured
+
+    def _semantic(
+        self,
+        item: _Prepared,
+        now: datetime,
+        explicit_supersede: bool,
+        batch_vectors: Sequence[tuple[_Prepared, Vector]],
+    ) -> dict[str, Any]:
+        memory = item.memory
+        request = item.request
+        namespace = memory.namespace
+        normalizer = self.normalizer(namespace)
+        existing_predicates: list[str] = []
+        if memory.subject_entity_id is not None:
+            existing_predicates = self.meta.predicates_of_subject(
+                namespace, memory.subject_entity_id
+            )
+        resolution = normalizer.resolve(request.predicate or "", existing_predicates)
+        memory.predicate_canonical = resolution.canonical
+        out: dict[str, Any] = {
+            "predicate": {"canonical": resolution.canonical, "resolved_by": resolution.method}
+        }
+        if explicit_supersede:
+            out["status"] = "superseded"
+            return out
+        current: list[Memory] = []
+        if memory.subject_entity_id is not None:
+            current = [
+                f
+                for f in self.meta.facts_for_predicate(
+                    namespace, memory.subject_entity_id, resolution.canonical
+                )
+                if f.t_invalid is None
+            ]
+        # A (subject, predicate) already tagged multi-valued keeps collecting values.
+        multi = self._multi_valued(namespace, request, resolution.canonical) or any(
+            f.multi_valued for f in current
+        )
+        decision = conflicts.decide(
+            incoming_object=memory.object or "",
+            incoming_confidence=memory.confidence,
+            incoming_t_valid=memory.t_valid or now,
+            current=current,
+            multi_valued=multi,
+            duplicate_threshold=self.settings.conflict.duplicate_threshold,
+            different_threshold=self.settings.conflict.different_threshold,
+            embedding_duplicate_threshold=self.settings.conflict.object_embedding_threshold,
+            embedding_cosine=self._object_cosine,
+        )
+        similarity = (
+            None
+            if decision.similarity is None
+            else {
+                "score": round(decision.similarity.score, 4),
+                "method": decision.similarity.method,
+            }
+        )
+        if decision.outcome is conflicts.Outcome.NEW:
+            self._dedup(item, batch_vectors)
+            return out
+        if decision.outcome is conflicts.Outcome.DUPLICATE:
+            existing = decision.duplicate_of
+            assert existing is not None
+            updates: dict[str, Any] = {"last_validated": now, "updated_at": now}
+            if memory.confidence > existing.confidence:
+                updates["confidence"] = memory.confidence
+            self.meta.update_memory_fields(existing.id, **updates)
+            self.meta.audit(
+                namespace,
+                "duplicate",
+                now,
+                memory_id=existing.id,
+                detail={"incoming_object": memory.object, "similarity": similarity},
+            )
+            return {
+                "id": existing.id,
+                "type": "semantic",
+                "namespace": namespace,
+                "status": "duplicate",
+                "duplicate_of": existing.id,
+                "similarity": similarity,
+                "confidence": max(existing.confidence, memory.confidence),
+                "message": "this fact is already known; it was confirmed (last_validated updated) "
+                "instead of stored twice",
+            }
+        out["similarity"] = similarity
+        if decision.outcome is conflicts.Outcome.MULTI_VALUED:
+            memory.multi_valued = True
+            out["status"] = "stored"
+            out["multi_valued"] = True
+            out["also_current"] = [f.id for f in current]
+            for fact in current:
+                if not fact.multi_valued:
+                    self.meta.update_memory_fields(fact.id, multi_valued=True)
+            self.meta.audit(
+                namespace,
+                "multi_valued",
+                now,
+                memory_id=memory.id,
+                detail={"also_current": out["also_current"], "predicate": resolution.canonical},
+            )
+            return out
+        if decision.outcome is conflicts.Outcome.HISTORICAL:
+            memory.t_invalid = decision.new_t_invalid
+            keeper = decision.superseded_by_existing
+            memory.superseded_by = keeper.id if keeper else None
+            out["status"] = "historical"
+            out["superseded_by"] = memory.superseded_by
+            out["message"] = "a newer value is already current; this fact was stored as history"
+            self.meta.audit(
+                namespace, "historical", now, memory_id=memory.id, other_id=memory.superseded_by
+            )
+            return out
+        if decision.outcome is conflicts.Outcome.CONTRADICTION:
+            out["status"] = "contradiction"
+            out["contradicts"] = [f.id for f in decision.contradicts]
+            out["message"] = (
+                "a current fact with higher confidence says otherwise; both are kept and flagged. "
+                "Resolve with store(supersedes=...) or forget."
+            )
+            self.meta.audit(
+                namespace,
+                "contradiction",
+                now,
+                memory_id=memory.id,
+                detail={"contradicts": out["contradicts"]},
+            )
+            return out
+        out["status"] = "superseded"
+        out["superseded"] = [f.id for f in decision.invalidate]
+        out["_invalidate"] = list(decision.invalidate)
+        return out
+
+    def _procedural(
+        self,
+        item: _Prepared,
+        now: datetime,
+        invalidate: list[Memory],
+        batch_vectors: Sequence[tuple[_Prepared, Vector]],
+        explicit_supersede: bool,
+    ) -> dict[str, Any]:
+        memory = item.memory
+        request = item.request
+        out: dict[str, Any] = {}
+        if not memory.name:
+            if not explicit_supersede:
+                self._dedup(item, batch_vectors)
+            return out
+        versions = self._procedure_versions(memory.namespace, memory.name)
+        current = current_version(versions)
+        if request.rollback_to is not None:
+            target = find_version(versions, request.rollback_to)
+            if target is None:
+                raise FerrexError(
+                    errors.NOT_FOUND,
+                    f"store: procedure '{memory.name}' has no version {request.rollback_to} "
+                    f"(versions: {[v.version for v in versions] or 'none'})",
+                )
+            memory.content = target.content
+            memory.conditions = list(target.conditions)
+            memory.steps = list(target.steps)
+            vectors = self.sync.plan([memory])[0]
+            item.chunks = vectors.chunks
+            item.vectors = vectors.vectors
+            memory.chunk_count = len(item.chunks)
+            out["rolled_back_to"] = request.rollback_to
+        elif not explicit_supersede:
+            # A changed version of a known procedure is an update, not a near-duplicate of its
+            # own earlier versions; an unchanged one is a duplicate of the current version.
+            if current is not None and same_definition(current, memory):
+                raise FerrexError(
+                    errors.DUPLICATE,
+                    f"similar memory already exists: {current.id} (procedure '{current.name}' "
+                    f"version {current.version} has exactly these steps). Nothing was stored.",
+                    existing_id=current.id,
+                    similarity=1.0,
+                )
+            self._dedup(item, batch_vectors, exclude=frozenset(v.id for v in versions))
+        memory.version = next_version(versions)
+        out["version"] = memory.version
+        if current is not None:
+            invalidate.append(current)
+            out["previous_version"] = {"id": current.id, "version": current.version}
+        if memory.version > 1:
+            self.meta.audit(
+                memory.namespace,
+                "version",
+                now,
+                memory_id=memory.id,
+                other_id=current.id if current else None,
+                detail={"version": memory.version},
+            )
+        return out
+
+    def _procedure_versions(self, namespace: str, name: str) -> list[Memory]:
+        """Every version of the named procedure (names compare case- and spacing-insensitively)."""
+        rows = self.meta.memories_in_namespace(
+            namespace, where="type = 'procedural' AND name IS NOT NULL", order="version, id"
+        )
+        return [m for m in rows if same_name(m.name, name)]
+
+
+def _supersede_reason(explicit: bool, memory: Memory, result: dict[str, Any]) -> str:
+    """Why an old memory was invalidated (audit log)."""
+    if explicit:
+        return "explicit"
+    if memory.type is MemoryType.PROCEDURAL:
+        return f"new version {memory.version}"
+    return str(result.get("status") or "superseded")
+
+
+def _cited_memory(source: str | None) -> str | None:
+    """``memory:<id>`` (or ``episodic:<id>`` etc.) names a memory this one was derived from."""
+    if not source or ":" not in source:
+        return None
+    scheme, _, rest = source.partition(":")
+    if scheme in {"memory", "episodic", "semantic", "procedural"} and rest:
+        return rest.strip()
+    return None

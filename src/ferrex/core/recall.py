@@ -1,0 +1,354 @@
+"""Recall (spec "Retrieval Pipeline Detail"): hybrid retrieval, staleness filtering,
+reranking, recency boosts, token budget, freshness annotation and query-time contradictions."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from ferrex.config import Settings
+from ferrex.core import conflict as conflicts
+from ferrex.core import errors
+from ferrex.core.access import AccessTracker
+from ferrex.core.cache import CachedRecall, RecallCache, embedding_hash
+from ferrex.core.clock import Clock, to_iso
+from ferrex.core.entities import EntityResolver
+from ferrex.core.errors import FerrexError
+from ferrex.core.memory import Memory, MemoryType
+from ferrex.core.ports import (
+    Embedder,
+    IndexFilter,
+    IndexHit,
+    MetadataStore,
+    Reranker,
+    SparseEncoder,
+    Vector,
+    VectorIndex,
+)
+from ferrex.core.predicates import PredicateNormalizer
+from ferrex.core.requests import (
+    RecallRequest,
+    parse,
+)
+from ferrex.core.retrieval import Candidate, fit_budget, order_candidates, recency_boost
+from ferrex.core.staleness import STALE, Freshness, age_days, assess
+from ferrex.core.sync import IndexSync
+
+
+class RecallMixin:
+    """The recall pipeline of MemoryService."""
+
+    settings: Settings
+    meta: MetadataStore
+    index: VectorIndex
+    embedder: Embedder
+    sparse: SparseEncoder
+    reranker: Reranker
+    sync: IndexSync
+    entities: EntityResolver
+    cache: RecallCache
+    access: AccessTracker
+    clock: Clock
+    _write: threading.RLock
+
+    # Provided by MemoryService.
+    namespace: str
+    ensure_ready: Callable[[], None]
+    now: Callable[[], datetime]
+    normalizer: Callable[[str], PredicateNormalizer]
+    _after_write: Callable[[str], None]
+    _sync_external_writes: Callable[[], None]
+    enforce_budget: Callable[[], int]
+    sweep_retention: Callable[..., int]
+
+    # ================================================================== recall
+
+    def recall(self, arguments: Any) -> dict[str, Any]:
+        request = parse(RecallRequest, arguments, self.settings.limits, "recall")
+        cfg = self.settings.retrieval
+        limit = request.limit or cfg.default_limit
+        if limit > cfg.max_limit:
+            raise FerrexError(
+                errors.TOO_LARGE,
+                f"recall: limit is at most {cfg.max_limit} (got {limit})",
+                field="limit",
+            )
+        self.ensure_ready()
+        self._sync_external_writes()
+        namespace = request.namespace or self.namespace
+        now = self.now()
+
+        unresolved: list[str] = []
+        entity_ids: tuple[int, ...] | None = None
+        if request.entities:
+            resolved: list[int] = []
+            for name in request.entities:
+                resolution = self.entities.resolve(namespace, name, create=False, at=now)
+                if resolution.entity_id is None:
+                    unresolved.append(name)
+                else:
+                    resolved.append(resolution.entity_id)
+            entity_ids = tuple(sorted(set(resolved)))
+        types = tuple(request.types or ())
+        validity = "all" if request.include_invalidated or request.version else "current"
+        if request.version is not None:
+            types = ("procedural",)
+        flt = IndexFilter(
+            model=self.embedder.info.pin,
+            namespace=namespace,
+            types=types,
+            entity_ids=entity_ids,
+            time_after=request.time_range.after if request.time_range else None,
+            time_before=request.time_range.before if request.time_range else None,
+            validity=validity,  # type: ignore[arg-type]
+            as_of=request.as_of,
+        )
+        vector = self._query_vector(request.query)
+        prefetch = max(cfg.prefetch_limit, 2 * limit)
+        params = (
+            # The exact text too: the cross-encoder scores (cached with the candidates) see the
+            # raw query, which an uncased embedding of two spellings would not tell apart.
+            request.query,
+            types,
+            entity_ids,
+            flt.time_after,
+            flt.time_before,
+            validity,
+            request.as_of,
+            request.explain,
+            prefetch,
+            request.version,
+        )
+        key = self.cache.key(namespace, embedding_hash(vector), params)
+        cached = self.cache.get(key)
+        cache_hit = cached is not None
+        if cached is None:
+            cached = self._retrieve(request.query, vector, flt, prefetch, request.explain)
+            self.cache.put(key, cached)
+
+        rows = self.meta.get_memories([entry[0] for entry in cached.fused])
+        candidates: list[Candidate] = []
+        freshness: dict[str, Freshness] = {}
+        held_back = 0
+        for rank, (memory_id, score, dense_rank, bm25_rank) in enumerate(cached.fused, start=1):
+            memory = rows.get(memory_id)
+            if memory is None or memory.namespace != namespace:
+                continue  # a row deleted mid-flight, or (never) another namespace
+            if request.version is not None and memory.version != request.version:
+                continue
+            fresh = assess(memory, now, self.settings.staleness)
+            if fresh.staleness == STALE and not request.include_stale:
+                held_back += 1
+                continue
+            freshness[memory_id] = fresh
+            candidates.append(Candidate(memory_id, score, rank, dense_rank, bm25_rank))
+
+        use_rerank = self.reranker.available and cfg.rerank_top_n > 0 and bool(candidates)
+        if self.settings.rerank and not self.reranker.available:
+            self.reranker.load()
+            use_rerank = self.reranker.available and cfg.rerank_top_n > 0 and bool(candidates)
+
+        def rerank(head: Sequence[Candidate]) -> list[float]:
+            missing = [c for c in head if c.memory_id not in cached.rerank_scores]
+            if missing:
+                scores = self.reranker.score(
+                    request.query, [rows[c.memory_id].display_text() for c in missing]
+                )
+                for candidate, score in zip(missing, scores, strict=True):
+                    cached.rerank_scores[candidate.memory_id] = score
+            return [cached.rerank_scores[c.memory_id] for c in head]
+
+        def boost(candidate: Candidate) -> float:
+            memory = rows[candidate.memory_id]
+            return recency_boost(memory.type, age_days(memory, now), self.settings.recency)
+
+        ordered, basis = order_candidates(
+            candidates,
+            rerank_top_n=cfg.rerank_top_n,
+            rerank=rerank if use_rerank else None,
+            boost_of=boost,
+            base_k=cfg.fused_base_k,
+        )
+        selected = ordered[:limit]
+        truncated = 0
+        tokens_used = None
+        if request.max_tokens is not None:
+            texts = [rows[c.memory_id].display_text() for c in selected]
+            keep = fit_budget(texts, self._count_budget_tokens, request.max_tokens)
+            truncated = len(selected) - keep
+            selected = selected[:keep]
+            tokens_used = sum(self._count_budget_tokens(t) for t in texts[:keep])
+        results = [
+            self._result(rows[c.memory_id], c, freshness[c.memory_id], request.explain)
+            for c in selected
+        ]
+        self._flag_contradictions(namespace, [rows[c.memory_id] for c in selected], results)
+        self.access.record([c.memory_id for c in selected])
+        response: dict[str, Any] = {
+            "results": results,
+            "count": len(results),
+            "namespace": namespace,
+            "reranked": basis == "rerank",
+            "score_basis": basis,
+            "stale_held_back": held_back,
+        }
+        if not response["reranked"]:
+            response["rerank_status"] = self.reranker.unavailable_reason or (
+                "no candidates" if not candidates else "reranking disabled"
+            )
+        if held_back:
+            response["note"] = (
+                f"{held_back} stale memor{'y was' if held_back == 1 else 'ies were'} held back; "
+                "call recall with include_stale=true to see them"
+            )
+        if request.max_tokens is not None:
+            response["truncated"] = truncated
+            response["tokens"] = tokens_used
+        if unresolved:
+            response["unresolved_entities"] = unresolved
+        if request.explain:
+            response["cache_hit"] = cache_hit
+        return response
+
+    def _query_vector(self, query: str) -> Vector:
+        key = (self.embedder.info.pin, query)
+        vector = self.cache.queries.get(key)
+        if vector is None:
+            vector = self.embedder.embed_query(query)
+            self.cache.queries.put(key, vector)
+        return vector
+
+    def _count_budget_tokens(self, text: str) -> int:
+        counter: Callable[[str], int] = getattr(
+            self.embedder, "count_text_tokens", self.embedder.count_tokens
+        )
+        return counter(text)
+
+    def _retrieve(
+        self, query: str, vector: Vector, flt: IndexFilter, prefetch: int, explain: bool
+    ) -> CachedRecall:
+        cfg = self.settings.retrieval
+        sparse = self.sparse.encode_query(query)
+        if cfg.mode == "dense":
+            hits = _as_rrf(self.index.dense_search(vector, flt, prefetch, cfg.hnsw_ef), cfg.rrf_k)
+        elif cfg.mode == "bm25":
+            hits = _as_rrf(self.index.sparse_search(sparse, flt, prefetch), cfg.rrf_k)
+        else:
+            hits = self.index.hybrid(
+                vector, sparse, flt, prefetch, 2 * prefetch, cfg.rrf_k, cfg.hnsw_ef
+            )
+        dense_ranks: dict[str, int] = {}
+        bm25_ranks: dict[str, int] = {}
+        if explain:
+            dense_ranks = _ranks(self.index.dense_search(vector, flt, prefetch, cfg.hnsw_ef))
+            bm25_ranks = _ranks(self.index.sparse_search(sparse, flt, prefetch))
+        best: dict[str, float] = {}
+        for hit in hits:
+            if hit.memory_id and hit.score > best.get(hit.memory_id, float("-inf")):
+                best[hit.memory_id] = hit.score
+        ordered = sorted(best.items(), key=lambda item: (-item[1], item[0]))
+        return CachedRecall(
+            fused=[
+                (mid, score, dense_ranks.get(mid), bm25_ranks.get(mid)) for mid, score in ordered
+            ]
+        )
+
+    def _result(
+        self, memory: Memory, candidate: Candidate, fresh: Freshness, explain: bool
+    ) -> dict[str, Any]:
+        item: dict[str, Any] = {"id": memory.id, "type": memory.type.value}
+        if memory.type is MemoryType.SEMANTIC:
+            item.update(subject=memory.subject, predicate=memory.predicate, object=memory.object)
+            item["confidence"] = memory.confidence
+            item["t_valid"] = to_iso(memory.t_valid) if memory.t_valid else None
+            if memory.t_invalid is not None:
+                item["t_invalid"] = to_iso(memory.t_invalid)
+                item["superseded_by"] = memory.superseded_by
+            if memory.multi_valued:
+                item["multi_valued"] = True
+        elif memory.type is MemoryType.PROCEDURAL:
+            if memory.name:
+                item["name"] = memory.name
+            item["content"] = memory.content
+            if memory.conditions:
+                item["conditions"] = memory.conditions
+            if memory.steps:
+                item["steps"] = memory.steps
+            if memory.version is not None:
+                item["version"] = memory.version
+            if memory.t_invalid is not None:
+                item["t_invalid"] = to_iso(memory.t_invalid)
+                item["superseded_by"] = memory.superseded_by
+        else:
+            item["content"] = memory.content
+            item["timestamp"] = to_iso(memory.event_time)
+        item["score"] = round(candidate.final_score, 6)
+        item["age_days"] = fresh.age_days
+        item["entities"] = memory.entities
+        item["created_at"] = to_iso(memory.created_at)
+        item["freshness"] = fresh.to_dict()
+        if memory.source:
+            item["source"] = memory.source
+        if memory.context:
+            item["context"] = memory.context
+        if memory.pinned:
+            item["pinned"] = True
+        if explain:
+            item["explain"] = candidate.explain()
+        return item
+
+    def _flag_contradictions(
+        self, namespace: str, memories: Sequence[Memory], results: list[dict[str, Any]]
+    ) -> None:
+        """Layer 4: current single-valued facts sharing subject+predicate with other objects."""
+        by_id = {r["id"]: r for r in results}
+        seen: dict[tuple[int, str], list[Memory]] = {}
+        for memory in memories:
+            if (
+                memory.type is not MemoryType.SEMANTIC
+                or memory.t_invalid is not None
+                or memory.multi_valued
+                or memory.subject_entity_id is None
+                or memory.predicate_canonical is None
+            ):
+                continue
+            group_key = (memory.subject_entity_id, memory.predicate_canonical)
+            if group_key not in seen:
+                seen[group_key] = [
+                    f
+                    for f in self.meta.facts_for_predicate(namespace, *group_key)
+                    if f.t_invalid is None and not f.multi_valued
+                ]
+            group = seen[group_key]
+            others = [
+                f.id
+                for f in group
+                if f.id != memory.id
+                and conflicts.normalize_object(f.object or "")
+                != conflicts.normalize_object(memory.object or "")
+            ]
+            if others:
+                by_id[memory.id]["contradiction"] = True
+                by_id[memory.id]["contradicts"] = sorted(others)
+
+
+def _as_rrf(hits: Sequence[IndexHit], rrf_k: int) -> list[IndexHit]:
+    """Single-channel results scored like one RRF channel (1 / (k + rank)), for mode parity."""
+    out: list[IndexHit] = []
+    seen: set[str] = set()
+    for hit in hits:
+        if hit.memory_id in seen:
+            continue
+        seen.add(hit.memory_id)
+        out.append(IndexHit(hit.point_id, hit.memory_id, 1.0 / (rrf_k + len(out) + 1), hit.chunk))
+    return out
+
+
+def _ranks(hits: Sequence[IndexHit]) -> dict[str, int]:
+    ranks: dict[str, int] = {}
+    for hit in hits:
+        if hit.memory_id and hit.memory_id not in ranks:
+            ranks[hit.memory_id] = len(ranks) + 1
+    return ranks
