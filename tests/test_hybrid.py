@@ -194,7 +194,10 @@ def test_points_of_another_model_are_never_compared(make_service: ServiceFactory
     assert {p for p in service.index.points_by_memory()} == {kept, alien}
     service.index.set_payload(alien, {"model": "some-other-model@768"})  # as if from another model
     service.cache.invalidate()
-    ids = [r["id"] for r in service.recall({"query": "ledger service invoices", "limit": 10})["results"]]
+    ids = [
+        r["id"]
+        for r in service.recall({"query": "ledger service invoices", "limit": 10})["results"]
+    ]
     assert ids == [kept]
     # and a near-duplicate of the alien memory is not rejected against it
     again = service.store({"content": "the ledger service archives invoices to S3 nightly"})

@@ -75,6 +75,18 @@ def test_rerank_probability_is_a_monotonic_sigmoid() -> None:
     assert rerank_probability(-1.0) < rerank_probability(-0.5) < rerank_probability(3.0)
 
 
+def test_bm25_relative_floor_drops_weak_lexical_matches() -> None:
+    from ferrex.core.ports import IndexHit
+    from ferrex.core.retrieval import apply_relative_floor
+
+    hits = [
+        IndexHit(f"p{i}", f"m{i}", score) for i, score in enumerate([10.0, 4.0, 2.0, 1.99, 0.5])
+    ]
+    assert [h.memory_id for h in apply_relative_floor(hits, 0.2)] == ["m0", "m1", "m2"]
+    assert apply_relative_floor(hits, 0.0) == hits
+    assert apply_relative_floor([], 0.2) == []
+
+
 def test_rank_score_without_reranker() -> None:
     assert rank_score(1, 5) == 1.0
     assert rank_score(2, 5) == pytest.approx(6 / 7)
@@ -102,8 +114,8 @@ def test_fused_order_ties_break_by_id_and_boost_reorders() -> None:
 def test_fit_budget_cuts_whole_results() -> None:
     texts = ["aaaa", "bb", "cccccc", "d"]
     count = len
-    assert fit_budget(texts, count, 100) == 4
-    assert fit_budget(texts, count, 6) == 2
-    assert fit_budget(texts, count, 5) == 1
-    assert fit_budget(texts, count, 3) == 0
-    assert fit_budget([], count, 3) == 0
+    assert fit_budget(texts, count, 100) == (4, 13)
+    assert fit_budget(texts, count, 6) == (2, 6)
+    assert fit_budget(texts, count, 5) == (1, 4)
+    assert fit_budget(texts, count, 3) == (0, 0)
+    assert fit_budget([], count, 3) == (0, 0)

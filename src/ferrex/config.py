@@ -117,6 +117,8 @@ class RetrievalConfig(_Section):
     max_limit: int = Field(default=200, ge=1, le=1000)
     rerank_top_n: int = Field(default=20, ge=0, le=200)
     fused_base_k: float = Field(default=5.0, gt=0, le=1000)
+    # BM25 hits below this fraction of the query's best BM25 score are not fused (0 disables).
+    bm25_relative_floor: float = Field(default=0.2, ge=0, lt=1)
     hnsw_ef: int = Field(default=128, ge=4, le=4096)
 
 

@@ -145,16 +145,16 @@ class VectorIndex(Protocol):
 
     def set_payload(self, memory_id: str, payload: dict[str, Any]) -> None: ...
 
-    def hybrid(
+    def channels(
         self,
         dense: Vector,
         sparse: SparseVec,
         flt: IndexFilter,
         prefetch: int,
-        limit: int,
-        rrf_k: int,
         hnsw_ef: int,
-    ) -> list[IndexHit]: ...
+    ) -> tuple[list[IndexHit], list[IndexHit]]:
+        """Dense and BM25 candidates of one query, fetched in ONE engine call (a query batch)."""
+        ...
 
     def dense_search(
         self, dense: Vector, flt: IndexFilter, limit: int, hnsw_ef: int

@@ -32,7 +32,14 @@ from ferrex.core.requests import (
     RecallRequest,
     parse,
 )
-from ferrex.core.retrieval import Candidate, fit_budget, order_candidates, recency_boost
+from ferrex.core.retrieval import (
+    Candidate,
+    apply_relative_floor,
+    fit_budget,
+    fuse_rrf,
+    order_candidates,
+    recency_boost,
+)
 from ferrex.core.staleness import STALE, Freshness, age_days, assess
 from ferrex.core.sync import IndexSync
 
@@ -176,10 +183,9 @@ class RecallMixin:
         tokens_used = None
         if request.max_tokens is not None:
             texts = [rows[c.memory_id].display_text() for c in selected]
-            keep = fit_budget(texts, self._count_budget_tokens, request.max_tokens)
+            keep, tokens_used = fit_budget(texts, self._count_budget_tokens, request.max_tokens)
             truncated = len(selected) - keep
             selected = selected[:keep]
-            tokens_used = sum(self._count_budget_tokens(t) for t in texts[:keep])
         results = [
             self._result(rows[c.memory_id], c, freshness[c.memory_id], request.explain)
             for c in selected
@@ -229,21 +235,28 @@ class RecallMixin:
     def _retrieve(
         self, query: str, vector: Vector, flt: IndexFilter, prefetch: int, explain: bool
     ) -> CachedRecall:
+        """Candidates in fused order: both channels from one engine call, fused by RRF (k=60)."""
         cfg = self.settings.retrieval
         sparse = self.sparse.encode_query(query)
-        if cfg.mode == "dense":
-            hits = _as_rrf(self.index.dense_search(vector, flt, prefetch, cfg.hnsw_ef), cfg.rrf_k)
-        elif cfg.mode == "bm25":
-            hits = _as_rrf(self.index.sparse_search(sparse, flt, prefetch), cfg.rrf_k)
+        dense_hits: list[IndexHit] = []
+        bm25_hits: list[IndexHit] = []
+        if cfg.mode == "hybrid":
+            dense_hits, bm25_hits = self.index.channels(vector, sparse, flt, prefetch, cfg.hnsw_ef)
+            bm25_hits = apply_relative_floor(bm25_hits, cfg.bm25_relative_floor)
+            fused_channels = [dense_hits, bm25_hits]
+        elif cfg.mode == "dense":
+            dense_hits = self.index.dense_search(vector, flt, prefetch, cfg.hnsw_ef)
+            fused_channels = [dense_hits]
+            if explain:
+                bm25_hits = self.index.sparse_search(sparse, flt, prefetch)
         else:
-            hits = self.index.hybrid(
-                vector, sparse, flt, prefetch, 2 * prefetch, cfg.rrf_k, cfg.hnsw_ef
-            )
-        dense_ranks: dict[str, int] = {}
-        bm25_ranks: dict[str, int] = {}
-        if explain:
-            dense_ranks = _ranks(self.index.dense_search(vector, flt, prefetch, cfg.hnsw_ef))
-            bm25_ranks = _ranks(self.index.sparse_search(sparse, flt, prefetch))
+            bm25_hits = self.index.sparse_search(sparse, flt, prefetch)
+            fused_channels = [bm25_hits]
+            if explain:
+                dense_hits = self.index.dense_search(vector, flt, prefetch, cfg.hnsw_ef)
+        hits = fuse_rrf(fused_channels, cfg.rrf_k, 2 * prefetch)
+        dense_ranks = _ranks(dense_hits) if explain else {}
+        bm25_ranks = _ranks(bm25_hits) if explain else {}
         best: dict[str, float] = {}
         for hit in hits:
             if hit.memory_id and hit.score > best.get(hit.memory_id, float("-inf")):
@@ -332,18 +345,6 @@ class RecallMixin:
             if others:
                 by_id[memory.id]["contradiction"] = True
                 by_id[memory.id]["contradicts"] = sorted(others)
-
-
-def _as_rrf(hits: Sequence[IndexHit], rrf_k: int) -> list[IndexHit]:
-    """Single-channel results scored like one RRF channel (1 / (k + rank)), for mode parity."""
-    out: list[IndexHit] = []
-    seen: set[str] = set()
-    for hit in hits:
-        if hit.memory_id in seen:
-            continue
-        seen.add(hit.memory_id)
-        out.append(IndexHit(hit.point_id, hit.memory_id, 1.0 / (rrf_k + len(out) + 1), hit.chunk))
-    return out
 
 
 def _ranks(hits: Sequence[IndexHit]) -> dict[str, int]:

@@ -119,14 +119,17 @@ def order_candidates(
     return ordered, basis
 
 
-def fit_budget(texts: Sequence[str], count_tokens: Callable[[str], int], max_tokens: int) -> int:
-    """How many leading results fit in ``max_tokens`` (results are cut, never split)."""
+def fit_budget(
+    texts: Sequence[str], count_tokens: Callable[[str], int], max_tokens: int
+) -> tuple[int, int]:
+    """How many leading results fit in ``max_tokens`` (cut, never split) and the tokens used."""
     used = 0
     for index, text in enumerate(texts):
-        used += count_tokens(text)
-        if used > max_tokens:
-            return index
-    return len(texts)
+        cost = count_tokens(text)
+        if used + cost > max_tokens:
+            return index, used
+        used += cost
+    return len(texts), used
 
 
 def hit_order(hit: IndexHit) -> tuple[float, str, int, str]:
@@ -153,3 +156,18 @@ def fuse_rrf(channels: Sequence[Sequence[IndexHit]], rrf_k: int, limit: int) -> 
     out = [IndexHit(pid, hit.memory_id, fused[pid], hit.chunk) for pid, hit in first.items()]
     out.sort(key=hit_order)
     return out[:limit]
+
+
+def apply_relative_floor(hits: Sequence[IndexHit], fraction: float) -> list[IndexHit]:
+    """Drop channel hits scoring below ``fraction`` of the channel's best score.
+
+    Used on the BM25 channel before fusion: RRF only sees ranks, so a crowd of weak lexical
+    matches (a name every memory starts with, a common word) would earn real fused credit and
+    push genuine single-channel hits out of the top results. Measured in bench/RESULTS.md.
+    """
+    if fraction <= 0 or not hits:
+        return list(hits)
+    best = max(hit.score for hit in hits)
+    if best <= 0:
+        return list(hits)
+    return [hit for hit in hits if hit.score >= fraction * best]

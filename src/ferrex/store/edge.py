@@ -13,7 +13,7 @@ import qdrant_edge as q
 from ferrex.core.clock import to_iso
 from ferrex.core.indexing import DATETIME_FIELDS, INTEGER_FIELDS, KEYWORD_FIELDS
 from ferrex.core.ports import IndexFilter, IndexHit, IndexPoint, IndexStats, SparseVec, Vector
-from ferrex.core.retrieval import fuse_rrf, hit_order
+from ferrex.core.retrieval import hit_order
 
 DENSE = "dense"
 SPARSE = "bm25"
@@ -124,23 +124,17 @@ class EdgeIndex:
 
     # ------------------------------------------------------------------ reads
 
-    def hybrid(
+    def channels(
         self,
         dense: Vector,
         sparse: SparseVec,
         flt: IndexFilter,
         prefetch: int,
-        limit: int,
-        rrf_k: int,
         hnsw_ef: int,
-    ) -> list[IndexHit]:
+    ) -> tuple[list[IndexHit], list[IndexHit]]:
+        """Dense and BM25 candidates in ONE engine call (a query batch); core fuses them."""
         if self._shard is None:
-            return []
-        # ONE engine call: the dense and BM25 channel queries go to the engine as one batch and
-        # are fused with Qdrant's RRF formula (k = 60) by ``fuse_rrf``, which breaks exact channel
-        # ties by memory id. The engine's own Fusion.Rrf breaks them by storage position, which
-        # changes after payload updates, so a store and its rebuild or import would rank ties
-        # differently (measured: tests/test_determinism.py, tests/test_export_import.py).
+            return [], []
         edge_filter = _filter(flt)
         requests = [
             q.QueryRequest(
@@ -161,10 +155,10 @@ class EdgeIndex:
                     with_payload=_RETURNED_FIELDS,
                 )
             )
-        channels = [
+        results = [
             _hits(points) for points in self.shard.query_batch(q.QueryBatchRequest(requests))
         ]
-        return fuse_rrf(channels, rrf_k, limit)
+        return results[0], results[1] if len(results) > 1 else []
 
     def dense_search(
         self, dense: Vector, flt: IndexFilter, limit: int, hnsw_ef: int

@@ -17,7 +17,7 @@ from qdrant_client import QdrantClient, models
 from ferrex.core.clock import to_iso
 from ferrex.core.indexing import DATETIME_FIELDS, INTEGER_FIELDS, KEYWORD_FIELDS
 from ferrex.core.ports import IndexFilter, IndexHit, IndexPoint, IndexStats, SparseVec, Vector
-from ferrex.core.retrieval import fuse_rrf, hit_order
+from ferrex.core.retrieval import hit_order
 
 DENSE = "dense"
 SPARSE = "bm25"
@@ -160,20 +160,17 @@ class QdrantIndex:
             return None
         return models.SearchParams(idf=models.IdfCorpusParams(corpus=_namespace_filter(flt)))
 
-    def hybrid(
+    def channels(
         self,
         dense: Vector,
         sparse: SparseVec,
         flt: IndexFilter,
         prefetch: int,
-        limit: int,
-        rrf_k: int,
         hnsw_ef: int,
-    ) -> list[IndexHit]:
+    ) -> tuple[list[IndexHit], list[IndexHit]]:
+        """Dense and BM25 candidates in ONE request (a query batch); core fuses them."""
         if not self._exists():
-            return []
-        # ONE request: both channel queries in one batch, fused with Qdrant's RRF formula by
-        # ``fuse_rrf`` (ties by memory id; see EdgeIndex.hybrid for why not Fusion.Rrf).
+            return [], []
         qfilter = _filter(flt)
         requests = [
             models.QueryRequest(
@@ -196,8 +193,8 @@ class QdrantIndex:
                     with_payload=_RETURNED_FIELDS,
                 )
             )
-        channels = [_hits(response.points) for response in self._batch(requests)]
-        return fuse_rrf(channels, rrf_k, limit)
+        results = [_hits(response.points) for response in self._batch(requests)]
+        return results[0], results[1] if len(results) > 1 else []
 
     def _batch(self, requests: list[models.QueryRequest]) -> list[models.QueryResponse]:
         try:
