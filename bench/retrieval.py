@@ -672,7 +672,7 @@ def fit(ranked: Sequence[str], tokens: dict[str, int], budget: int, limit: int) 
     from ferrex.core.retrieval import fit_budget
 
     head = list(ranked[:limit])
-    keep = fit_budget(head, lambda mid: tokens[mid], budget)
+    keep, _ = fit_budget(head, lambda mid: tokens[mid], budget)
     return head[:keep]
 
 

@@ -188,3 +188,23 @@ def test_rejected_store_changes_nothing(service: MemoryService) -> None:
     # The rolled-back entities did not linger in any cache either.
     fresh = service.store({"content": DIFFERENT, "entities": ["brand new entity"]})
     assert fresh["entities"][0]["resolved_by"] == "new"
+
+
+def test_a_rejected_bulk_item_leaves_no_entity_behind(make_service: ServiceFactory) -> None:
+    """In store_many each item is its own savepoint: a rejected item's new entities vanish."""
+    service = make_service()
+    first = service.store({"content": "the nightly ETL job loads orders into the warehouse"})
+    results = service.store_many(
+        [
+            {"content": "a fresh memory about the payroll export", "entities": ["payroll"]},
+            {
+                "content": "the nightly ETL job loads orders into the warehouse",
+                "entities": ["brand-new-entity"],
+            },
+        ]
+    )
+    assert "error" not in results[0]
+    assert results[1]["error"]["code"] == "duplicate"
+    assert results[1]["error"]["existing_id"] == first["id"]
+    names = {row["name"] for row in service.meta.entities_of_namespace("default")}
+    assert "payroll" in names and "brand new entity" not in names

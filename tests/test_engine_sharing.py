@@ -125,3 +125,23 @@ async def test_second_server_takes_over_when_the_engine_stops(
             assert await recalls(code, "second server still stores", new)
             assert lock_pid(data_dir) not in (0, owner)
             assert time.monotonic() - started < 30
+
+
+async def test_each_client_keeps_its_own_default_namespace(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    """A peer forwards calls to the engine process, but its own --namespace still applies."""
+    data_dir = tmp_path / "shared"
+    async with (
+        mcp_client(data_dir, models_dir, "--namespace", "desktop") as first,
+        mcp_client(data_dir, models_dir, "--namespace", "code") as second,
+    ):
+        mine = await store(first, "the desktop client remembers the holiday plan")
+        theirs = await store(second, "the code client remembers the build cache fix")
+        assert (await call(first, "stats", {}))["total"] == 1
+        assert (await call(second, "stats", {}))["total"] == 1
+        assert await recalls(first, "holiday plan", mine)
+        assert not await recalls(second, "holiday plan", mine)
+        assert await recalls(second, "build cache", theirs)
+        explicit = await call(second, "recall", {"query": "holiday plan", "namespace": "desktop"})
+        assert mine in [r["id"] for r in explicit["results"]]

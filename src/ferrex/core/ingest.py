@@ -3,8 +3,7 @@ resolution, conflict detection, procedure versions, and the dual write of the re
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -12,29 +11,19 @@ from typing import Any
 import numpy as np
 import structlog
 
-from ferrex.config import Settings
 from ferrex.core import conflict as conflicts
 from ferrex.core import errors
-from ferrex.core.access import AccessTracker
-from ferrex.core.cache import RecallCache
 from ferrex.core.chunking import Chunk, plan_chunks, step_prefix
-from ferrex.core.clock import Clock
 from ferrex.core.dedup import find_duplicate
-from ferrex.core.entities import EntityResolution, EntityResolver
+from ferrex.core.entities import EntityResolution
 from ferrex.core.errors import FerrexError
 from ferrex.core.ids import new_memory_id
 from ferrex.core.memory import Memory, MemoryType, detect_type, embed_text
 from ferrex.core.ports import (
-    Embedder,
     IndexFilter,
     IndexHit,
-    MetadataStore,
-    Reranker,
-    SparseEncoder,
     Vector,
-    VectorIndex,
 )
-from ferrex.core.predicates import PredicateNormalizer
 from ferrex.core.procedures import (
     current_version,
     find_version,
@@ -47,11 +36,11 @@ from ferrex.core.requests import (
     StoreRequest,
     parse,
 )
+from ferrex.core.state import ServiceState
 from ferrex.core.sync import (
     PHASE_AFTER_COMMIT,
     PHASE_AFTER_INDEX,
     PHASE_BEFORE_COMMIT,
-    IndexSync,
     PlannedMemory,
 )
 from ferrex.core.sync import checkpoint as _checkpoint
@@ -72,31 +61,8 @@ class _Prepared:
     outcome: dict[str, Any] = field(default_factory=dict)
 
 
-class IngestMixin:
+class IngestMixin(ServiceState):
     """The store pipeline of MemoryService."""
-
-    settings: Settings
-    meta: MetadataStore
-    index: VectorIndex
-    embedder: Embedder
-    sparse: SparseEncoder
-    reranker: Reranker
-    sync: IndexSync
-    entities: EntityResolver
-    cache: RecallCache
-    access: AccessTracker
-    clock: Clock
-    _write: threading.RLock
-
-    # Provided by MemoryService.
-    namespace: str
-    ensure_ready: Callable[[], None]
-    now: Callable[[], datetime]
-    normalizer: Callable[[str], PredicateNormalizer]
-    _after_write: Callable[[str], None]
-    _sync_external_writes: Callable[[], None]
-    enforce_budget: Callable[[], int]
-    sweep_retention: Callable[..., int]
 
     # ================================================================== store
 
@@ -279,7 +245,9 @@ class IngestMixin:
             with self.meta.transaction():
                 for item in prepared:
                     try:
-                        result = self._apply_one(item, now, batch_vectors, to_payload)
+                        # A rejected item leaves nothing behind (entities it created included).
+                        with self.meta.savepoint():
+                            result = self._apply_one(item, now, batch_vectors, to_payload)
                     except FerrexError as exc:
                         if not bulk:
                             raise

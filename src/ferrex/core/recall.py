@@ -3,31 +3,20 @@ reranking, recency boosts, token budget, freshness annotation and query-time con
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
-from datetime import datetime
 from typing import Any
 
-from ferrex.config import Settings
 from ferrex.core import conflict as conflicts
 from ferrex.core import errors
-from ferrex.core.access import AccessTracker
-from ferrex.core.cache import CachedRecall, RecallCache, embedding_hash
-from ferrex.core.clock import Clock, to_iso
-from ferrex.core.entities import EntityResolver
+from ferrex.core.cache import CachedRecall, embedding_hash
+from ferrex.core.clock import to_iso
 from ferrex.core.errors import FerrexError
 from ferrex.core.memory import Memory, MemoryType
 from ferrex.core.ports import (
-    Embedder,
     IndexFilter,
     IndexHit,
-    MetadataStore,
-    Reranker,
-    SparseEncoder,
     Vector,
-    VectorIndex,
 )
-from ferrex.core.predicates import PredicateNormalizer
 from ferrex.core.requests import (
     RecallRequest,
     parse,
@@ -41,34 +30,11 @@ from ferrex.core.retrieval import (
     recency_boost,
 )
 from ferrex.core.staleness import STALE, Freshness, age_days, assess
-from ferrex.core.sync import IndexSync
+from ferrex.core.state import ServiceState
 
 
-class RecallMixin:
+class RecallMixin(ServiceState):
     """The recall pipeline of MemoryService."""
-
-    settings: Settings
-    meta: MetadataStore
-    index: VectorIndex
-    embedder: Embedder
-    sparse: SparseEncoder
-    reranker: Reranker
-    sync: IndexSync
-    entities: EntityResolver
-    cache: RecallCache
-    access: AccessTracker
-    clock: Clock
-    _write: threading.RLock
-
-    # Provided by MemoryService.
-    namespace: str
-    ensure_ready: Callable[[], None]
-    now: Callable[[], datetime]
-    normalizer: Callable[[str], PredicateNormalizer]
-    _after_write: Callable[[str], None]
-    _sync_external_writes: Callable[[], None]
-    enforce_budget: Callable[[], int]
-    sweep_retention: Callable[..., int]
 
     # ================================================================== recall
 

@@ -64,6 +64,7 @@ class MetadataStore:
         self._conn.execute("PRAGMA foreign_keys=ON")
         self._conn.execute("PRAGMA busy_timeout=30000")
         self._in_tx = 0
+        self._savepoints = 0
         self._migrate()
 
     # ------------------------------------------------------------------ plumbing
@@ -122,6 +123,23 @@ class MetadataStore:
                 raise
             self._in_tx = 0
             self._conn.execute("COMMIT")
+
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """A nested unit inside a transaction: on error only its own writes are undone."""
+        with self._lock:
+            self._savepoints += 1
+            name = f"sp{self._savepoints}"
+            self._conn.execute(f"SAVEPOINT {name}")
+            try:
+                yield
+            except BaseException:
+                self._conn.execute(f"ROLLBACK TO {name}")
+                self._conn.execute(f"RELEASE {name}")
+                raise
+            finally:
+                self._savepoints -= 1
+            self._conn.execute(f"RELEASE {name}")
 
     def _q(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         with self._lock:
