@@ -1,0 +1,1 @@
+"""The MCP server: tool definitions, the stdio app and the shared engine."""
