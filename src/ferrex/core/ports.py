@@ -258,6 +258,7 @@ class MetadataStore(Protocol):
         params: Sequence[Any] = (),
         order: str = "created_at DESC, id",
         limit: int | None = None,
+        with_entities: bool = True,
     ) -> list[Memory]: ...
 
     def iter_memories(self, namespace: str | None = None, batch: int = 500) -> Iterator[Memory]: ...

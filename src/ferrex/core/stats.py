@@ -88,7 +88,9 @@ def stats(service: MemoryService, request: StatsRequest) -> dict[str, Any]:
     namespace = request.namespace or service.namespace
     meta = service.meta
     now = service.now()
-    memories = meta.memories_in_namespace(namespace, order="created_at DESC, id DESC")
+    memories = meta.memories_in_namespace(
+        namespace, order="created_at DESC, id DESC", with_entities=False
+    )
     current = [m for m in memories if m.t_invalid is None]
     config = service.settings.staleness
     levels: Counter[str] = Counter()

@@ -1,1 +1,1 @@
-"""Storage adapters: the SQLite metadata store and the vector indexes (Qdrant Edge, qdrant-client)."""
+"""Storage adapters: the SQLite metadata store and the vector indexes (Edge, qdrant-client)."""

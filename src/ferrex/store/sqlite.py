@@ -299,8 +299,12 @@ class MetadataStore:
         params: Sequence[Any] = (),
         order: str = "created_at DESC, id",
         limit: int | None = None,
+        with_entities: bool = True,
     ) -> list[Memory]:
-        """Memories matching a fixed SQL predicate (``where`` is trusted code, never input)."""
+        """Memories matching a fixed SQL predicate (``where`` is trusted code, never input).
+
+        ``with_entities=False`` skips loading entity links (whole-namespace scans: stats).
+        """
         sql = f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE {where}"
         args: list[Any] = list(params)
         if namespace is not None:
@@ -310,7 +314,10 @@ class MetadataStore:
         if limit is not None:
             sql += " LIMIT ?"
             args.append(limit)
-        return self._with_entities(self._q(sql, args))
+        rows = self._q(sql, args)
+        if not with_entities:
+            return [_row_to_memory(row) for row in rows]
+        return self._with_entities(rows)
 
     def iter_memories(self, namespace: str | None = None, batch: int = 500) -> Iterator[Memory]:
         """Every memory in insertion order (rowid), in batches (export, rebuild, doctor).
