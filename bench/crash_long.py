@@ -28,8 +28,8 @@ def main() -> int:
     args = parser.parse_args()
     env = {
         **os.environ,
-        "FERREX_CRASH_RANDOM_RUNS": str(args.runs),
-        "FERREX_CRASH_SEED": str(args.seed),
+        "FERREX_TEST_CRASH_RANDOM_RUNS": str(args.runs),
+        "FERREX_TEST_CRASH_SEED": str(args.seed),
     }
     print(f"crash_long: {args.runs} random kills + 6 hooked, seed {args.seed}", flush=True)
     started = time.monotonic()

@@ -26,7 +26,11 @@ def main() -> int:
         "--examples", type=int, default=1_000, help="hypothesis examples per tool (default 1000)"
     )
     args = parser.parse_args()
-    env = {**os.environ, "FERREX_FUZZ_EXAMPLES": str(args.examples), "FERREX_FUZZ_RANDOM": "1"}
+    env = {
+        **os.environ,
+        "FERREX_TEST_FUZZ_EXAMPLES": str(args.examples),
+        "FERREX_TEST_FUZZ_RANDOM": "1",
+    }
     print(f"fuzz_long: {args.examples} examples per tool (8-16 calls each)", flush=True)
     started = time.monotonic()
     command = [

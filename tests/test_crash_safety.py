@@ -43,8 +43,10 @@ from ferrex.store.sqlite import MetadataStore
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 PHASES = ("before_sqlite_commit", "after_sqlite_commit", "after_index_write")
-RANDOM_RUNS = int(os.environ.get("FERREX_CRASH_RANDOM_RUNS", "15"))  # bench/crash_long.py: more
-SEED = int(os.environ.get("FERREX_CRASH_SEED", "20260406"))
+RANDOM_RUNS = int(
+    os.environ.get("FERREX_TEST_CRASH_RANDOM_RUNS", "15")
+)  # bench/crash_long.py: more
+SEED = int(os.environ.get("FERREX_TEST_CRASH_SEED", "20260406"))
 VERIFY_FRESH = 15  # recall-checked after every restart (all are checked in SQLite)
 VERIFY_OLDER = 8
 

@@ -49,9 +49,11 @@ TOOLS = ("store", "recall", "forget", "reflect", "stats")
 NAMESPACES = ("default", "fuzz-a", "fuzz.b_2")
 ENTITY_POOL = ("Tokio", "PostgreSQL", "api server", "Ada Lovelace", "東京", "naïve café")
 QUERY_POOL = ("database migration", "deploy steps", "who owns the api", "tokio runtime", "café")
-EXAMPLES_PER_TOOL = int(os.environ.get("FERREX_FUZZ_EXAMPLES", "50"))  # bench/fuzz_long.py: more
+EXAMPLES_PER_TOOL = int(
+    os.environ.get("FERREX_TEST_FUZZ_EXAMPLES", "50")
+)  # bench/fuzz_long.py: more
 # CI replays the same generated calls every run; the long bench explores new ones each time.
-DERANDOMIZE = os.environ.get("FERREX_FUZZ_RANDOM", "") != "1"
+DERANDOMIZE = os.environ.get("FERREX_TEST_FUZZ_RANDOM", "") != "1"
 BATCH = (8, 16)
 LEAK_MARKERS = ("Traceback", 'File "', "site-packages", '.py", line', "/tmp/", "/home/")
 
