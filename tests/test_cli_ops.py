@@ -238,8 +238,9 @@ async def test_repair_reindexes_memories_whose_points_were_deleted(
         content = conn.execute("SELECT content FROM memories WHERE id = ?", (victims[0],))
         text = content.fetchone()[0]
     async with mcp_client(store, models_dir, FERREX_LOG="error") as client:
-        found = await call(client, "recall", {"query": text, "limit": 3})
-        assert found["results"][0]["id"] == victims[0]
+        found = await call(client, "recall", {"query": text, "limit": 3, "include_stale": True})
+        # (its store has look-alike memories with other ages: top 3, not necessarily first)
+        assert victims[0] in [r["id"] for r in found["results"]]
 
 
 # =========================================================================== rebuild-index
@@ -320,3 +321,47 @@ def test_export_one_namespace_to_stdout(store: Path, models_dir: Path) -> None:
     exported = {r["id"] for r in records if r["kind"] == "memory"}
     assert exported == team and len(team) == 15
     assert f"exported {len(team)} memories" in done.stderr
+
+
+def test_an_interrupted_model_change_resumes_with_the_requested_model(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    """`rebuild-index --model-tier X` killed after unpinning: the next start re-embeds with X,
+    even when that start is configured with another (default) tier."""
+    from tests.conftest import make_settings
+
+    from ferrex.bootstrap import Options, build_service
+    from ferrex.core.service import (
+        PIN_DIMENSION,
+        PIN_NAME,
+        PIN_SOURCE,
+        PIN_VARIANT,
+        REBUILD_PENDING,
+        REBUILD_TARGET,
+        REBUILD_TARGET_VARIANT,
+    )
+
+    data = tmp_path / "d"
+    settings = make_settings(data, models_dir)
+    service = build_service(settings, Options(explicit_model_tier=True))
+    stored = service.store({"content": "the release train leaves every second Tuesday"})
+    pin, variant = service.meta.get_meta(PIN_NAME), service.meta.get_meta(PIN_VARIANT)
+    # The state `rebuild-index --model-tier small` leaves when killed right after unpinning.
+    with service.meta.transaction():
+        service.meta.set_meta(REBUILD_PENDING, "1")
+        service.meta.set_meta(REBUILD_TARGET, pin or "")
+        service.meta.set_meta(REBUILD_TARGET_VARIANT, variant or "")
+        for key in (PIN_NAME, PIN_DIMENSION, PIN_VARIANT, PIN_SOURCE):
+            service.meta.delete_meta(key)
+    service.close()
+    default_tier = make_settings(data, models_dir, model_tier="best")
+    resumed = build_service(default_tier, Options(explicit_model_tier=False))
+    try:
+        found = resumed.recall({"query": "when does the release train leave"})
+        assert [r["id"] for r in found["results"]] == [stored["id"]]
+        assert resumed.meta.get_meta(PIN_NAME) == pin
+        assert resumed.meta.get_meta(PIN_VARIANT) == variant
+        assert not resumed.meta.get_meta(REBUILD_PENDING)
+        assert resumed.meta.get_meta(REBUILD_TARGET) is None
+    finally:
+        resumed.close()

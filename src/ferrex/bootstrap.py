@@ -9,7 +9,13 @@ from pathlib import Path
 
 from ferrex.config import Settings
 from ferrex.core.errors import MODEL_UNAVAILABLE, FerrexError
-from ferrex.core.service import PIN_NAME, PIN_VARIANT, MemoryService
+from ferrex.core.service import (
+    PIN_NAME,
+    PIN_VARIANT,
+    REBUILD_TARGET,
+    REBUILD_TARGET_VARIANT,
+    MemoryService,
+)
 from ferrex.embed.bm25 import Bm25Encoder
 from ferrex.embed.embedder import FastEmbedEmbedder
 from ferrex.embed.models import BUNDLED_MODEL, BUNDLED_VARIANT, EMBEDDING_TIERS, tier_for_model
@@ -65,13 +71,18 @@ def build_service(settings: Settings, options: Options | None = None) -> MemoryS
     ensure_data_dir(settings.data_dir)
     meta = MetadataStore(settings.db_path)
     pinned = meta.get_meta(PIN_NAME)
+    variant = meta.get_meta(PIN_VARIANT) or ""
+    if pinned is None and meta.get_meta(REBUILD_TARGET):
+        # An interrupted `rebuild-index --model-tier X`: resume with X, whatever is configured.
+        pinned = meta.get_meta(REBUILD_TARGET)
+        variant = meta.get_meta(REBUILD_TARGET_VARIANT) or ""
     tier = settings.model_tier
     prefer_bundled = False
     if pinned is not None and not options.explicit_model_tier:
         pinned_tier = tier_for_model(pinned)
         if pinned_tier is not None:
             tier = pinned_tier.tier  # type: ignore[assignment]
-    if pinned is not None and (meta.get_meta(PIN_VARIANT) or "") == BUNDLED_VARIANT:
+    if pinned is not None and variant == BUNDLED_VARIANT:
         prefer_bundled = True
     offline = settings.offline
     embedder = options.embedder or FastEmbedEmbedder(

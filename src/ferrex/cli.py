@@ -319,7 +319,7 @@ def _rebuild(settings: Settings, explicit_tier: bool) -> int:
                     file=sys.stderr,
                 )
                 return 2
-            _unpin_for_rebuild(settings)
+            _unpin_for_rebuild(settings, embedder)
         options = Options(explicit_model_tier=explicit_tier, embedder=embedder)
         service = build_service(settings, options)
         try:
@@ -335,13 +335,15 @@ def _rebuild(settings: Settings, explicit_tier: bool) -> int:
     return 0
 
 
-def _unpin_for_rebuild(settings: Settings) -> None:
+def _unpin_for_rebuild(settings: Settings, embedder: Any) -> None:
     from ferrex.core.service import (
         PIN_DIMENSION,
         PIN_NAME,
         PIN_SOURCE,
         PIN_VARIANT,
         REBUILD_PENDING,
+        REBUILD_TARGET,
+        REBUILD_TARGET_VARIANT,
     )
     from ferrex.store.sqlite import MetadataStore
 
@@ -349,6 +351,8 @@ def _unpin_for_rebuild(settings: Settings) -> None:
     try:
         with meta.transaction():
             meta.set_meta(REBUILD_PENDING, "1")
+            meta.set_meta(REBUILD_TARGET, embedder.info.name)
+            meta.set_meta(REBUILD_TARGET_VARIANT, embedder.info.variant)
             for key in (PIN_NAME, PIN_DIMENSION, PIN_VARIANT, PIN_SOURCE):
                 meta.delete_meta(key)
     finally:

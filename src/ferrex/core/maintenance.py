@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import os
 import stat
 from collections import Counter
@@ -23,6 +22,8 @@ from ferrex.core.service import (
     PIN_SOURCE,
     PIN_VARIANT,
     REBUILD_PENDING,
+    REBUILD_TARGET,
+    REBUILD_TARGET_VARIANT,
     MemoryService,
 )
 from ferrex.core.sync import PlannedMemory
@@ -137,6 +138,8 @@ def rebuild(
         reembed_entities(service)
         count = service.sync.rebuild(progress)
         meta.set_meta(REBUILD_PENDING, "")
+        meta.delete_meta(REBUILD_TARGET)
+        meta.delete_meta(REBUILD_TARGET_VARIANT)
         service.cache.invalidate()
         service.entities.invalidate()
     # No optimize() here: building the HNSW graph makes dense search approximate and may reorder
@@ -145,14 +148,7 @@ def rebuild(
 
 
 def reembed_entities(service: MemoryService) -> int:
-    rows = service.meta.entities_of_namespace(None)
-    for start in range(0, len(rows), 256):
-        batch = rows[start : start + 256]
-        vectors = service.embedder.embed_documents([r["display_name"] for r in batch])
-        with service.meta.transaction():
-            for row, vector in zip(batch, vectors, strict=True):
-                service.meta.set_entity_embedding(int(row["id"]), vector)
-    return len(rows)
+    return service.sync.reembed_entities()
 
 
 # =========================================================================== export
@@ -429,7 +425,3 @@ def _import_entity(service: MemoryService, record: dict[str, Any], now: Any) -> 
             )
     del now
     return entity_id
-
-
-def decode_embedding(text: str) -> np.ndarray:
-    return np.frombuffer(base64.b64decode(text), dtype=np.float32)

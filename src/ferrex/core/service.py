@@ -57,6 +57,9 @@ PIN_DIMENSION = "embedding_dimension"
 PIN_VARIANT = "embedding_variant"
 PIN_SOURCE = "embedding_source"
 REBUILD_PENDING = "rebuild_pending"
+# Model a pending `rebuild-index --model-tier` re-embeds with (a restart resumes with it).
+REBUILD_TARGET = "rebuild_target_model"
+REBUILD_TARGET_VARIANT = "rebuild_target_variant"
 
 
 class ModelMismatchError(FerrexError):
@@ -142,8 +145,11 @@ class MemoryService(IngestMixin, RecallMixin):
             with self._write:
                 if self.meta.get_meta(REBUILD_PENDING):
                     log.warning("an index rebuild was interrupted; rebuilding now")
+                    self.sync.reembed_entities()
                     self.sync.rebuild()
                     self.meta.set_meta(REBUILD_PENDING, "")
+                    self.meta.delete_meta(REBUILD_TARGET)
+                    self.meta.delete_meta(REBUILD_TARGET_VARIANT)
                 # journal entries rolled forward at start-up (doctor reports them)
                 self.replayed_at_start = self.sync.recover()
             self.access.start()

@@ -163,6 +163,17 @@ class IndexSync:
             log.warning("replaying unfinished writes from the journal", entries=len(pending))
         return self.replay(pending)
 
+    def reembed_entities(self) -> int:
+        """Recompute every entity-name embedding with the current model (after a model change)."""
+        rows = self.meta.entities_of_namespace(None)
+        for start in range(0, len(rows), 256):
+            batch = rows[start : start + 256]
+            vectors = self.embedder.embed_documents([r["display_name"] for r in batch])
+            with self.meta.transaction():
+                for row, vector in zip(batch, vectors, strict=True):
+                    self.meta.set_entity_embedding(int(row["id"]), vector)
+        return len(rows)
+
     def rebuild(self, progress: ProgressFn | None = None, batch: int = 128) -> int:
         """Recreate the whole vector index from SQLite."""
         total = self.meta.count_memories()
