@@ -11,14 +11,9 @@ until it is killed again. Prints pytest's summary; exits non-zero on the first v
 from __future__ import annotations
 
 import argparse
-import os
 import random
-import subprocess
-import sys
-import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from long_run import run_tests
 
 
 def main() -> int:
@@ -26,26 +21,12 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=200, help="random-delay kills (default 200)")
     parser.add_argument("--seed", type=int, default=random.randrange(1 << 30))
     args = parser.parse_args()
-    env = {
-        **os.environ,
+    print(f"crash_long: {args.runs} random kills + 6 hooked, seed {args.seed}", flush=True)
+    knobs = {
         "FERREX_TEST_CRASH_RANDOM_RUNS": str(args.runs),
         "FERREX_TEST_CRASH_SEED": str(args.seed),
     }
-    print(f"crash_long: {args.runs} random kills + 6 hooked, seed {args.seed}", flush=True)
-    started = time.monotonic()
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-q",
-        "-s",
-        "-p",
-        "no:cacheprovider",
-        "tests/test_crash_safety.py",
-    ]
-    code = subprocess.call(command, cwd=ROOT, env=env)
-    print(f"crash_long: exit {code} after {time.monotonic() - started:.0f}s (seed {args.seed})")
-    return code
+    return run_tests(f"crash_long (seed {args.seed})", "tests/test_crash_safety.py", knobs)
 
 
 if __name__ == "__main__":

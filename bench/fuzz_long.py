@@ -11,13 +11,8 @@ that kills the server, leaks internals in an error or changes the store while re
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
-import sys
-import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from long_run import run_tests
 
 
 def main() -> int:
@@ -26,28 +21,9 @@ def main() -> int:
         "--examples", type=int, default=1_000, help="hypothesis examples per tool (default 1000)"
     )
     args = parser.parse_args()
-    env = {
-        **os.environ,
-        "FERREX_TEST_FUZZ_EXAMPLES": str(args.examples),
-        "FERREX_TEST_FUZZ_RANDOM": "1",
-    }
     print(f"fuzz_long: {args.examples} examples per tool (8-16 calls each)", flush=True)
-    started = time.monotonic()
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-q",
-        "-s",
-        "-p",
-        "no:cacheprovider",
-        "tests/test_fuzz.py",
-        "-k",
-        "thousands",
-    ]
-    code = subprocess.call(command, cwd=ROOT, env=env)
-    print(f"fuzz_long: exit {code} after {time.monotonic() - started:.0f}s")
-    return code
+    knobs = {"FERREX_TEST_FUZZ_EXAMPLES": str(args.examples), "FERREX_TEST_FUZZ_RANDOM": "1"}
+    return run_tests("fuzz_long", "tests/test_fuzz.py", knobs, "-k", "thousands")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from tests.support.vocabulary import SUBSYSTEMS
 
 from ferrex.core.chunking import (
     EPISODIC_TOO_LONG_MESSAGE,
@@ -32,18 +33,6 @@ from ferrex.embed.embedder import FastEmbedEmbedder
 
 CONTEXT = 256
 NOW = datetime(2026, 4, 1, tzinfo=UTC)
-SUBSYSTEMS = [
-    "payment ledger",
-    "search indexer",
-    "email relay",
-    "image resizer",
-    "audit trail",
-    "session store",
-    "feature flags",
-    "billing exporter",
-    "geo lookup",
-    "rate limiter",
-]
 
 
 def words(count: int) -> str:

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from mcp import Client
 from tests.conftest import call, mcp_client, ok
+from tests.support.vocabulary import SUBSYSTEMS
 
 from ferrex.core.clock import parse_timestamp
 from ferrex.core.ids import point_id
@@ -41,18 +42,6 @@ MAR = "2026-03-01T00:00:00Z"
 APR = "2026-04-01T00:00:00Z"
 ORIGINAL = "user debugged a deadlock in the connection pool by switching to tokio::sync::Semaphore"
 REWORDED = "the user fixed a deadlock in the connection pool by switching to tokio::sync::Semaphore"
-SUBSYSTEMS = [
-    "payment ledger",
-    "search indexer",
-    "email relay",
-    "image resizer",
-    "audit trail",
-    "session store",
-    "feature flags",
-    "billing exporter",
-    "geo lookup",
-    "rate limiter",
-]
 
 
 @pytest.fixture

@@ -13,13 +13,12 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
 
 import numpy as np
 from rapidfuzz import process
 from rapidfuzz.distance import JaroWinkler
 
-from ferrex.core.ports import Vector
+from ferrex.core.ports import MetadataStore, Vector
 
 _SEPARATORS = re.compile(r"[\s_\-]+")
 _DIGITS = re.compile(r"\d+")
@@ -38,38 +37,6 @@ def numbers_differ(a: str, b: str) -> bool:
     return _DIGITS.findall(a) != _DIGITS.findall(b)
 
 
-class EntityRecord(Protocol):
-    id: int
-    display_name: str
-
-
-class EntityStore(Protocol):
-    """The part of the metadata store entity resolution needs."""
-
-    def entity_by_name(self, namespace: str, name: str) -> EntityRecord | None: ...
-
-    def entity_names(self, namespace: str) -> list[tuple[str, int]]: ...
-
-    def entity_embeddings(self, namespace: str) -> tuple[list[int], np.ndarray | None]: ...
-
-    def create_entity(
-        self,
-        namespace: str,
-        name: str,
-        display_name: str,
-        embedding: np.ndarray | None,
-        at: datetime,
-    ) -> int: ...
-
-    def add_alias(
-        self, namespace: str, alias: str, entity_id: int, method: str, score: float, at: datetime
-    ) -> None: ...
-
-    def add_alias_candidate(
-        self, namespace: str, name: str, entity_id: int, score: float, at: datetime
-    ) -> None: ...
-
-
 @dataclass(frozen=True)
 class EntityResolution:
     name: str
@@ -85,7 +52,7 @@ class EntityResolver:
 
     def __init__(
         self,
-        store: EntityStore,
+        store: MetadataStore,
         embed_names: Callable[[Sequence[str]], list[Vector]],
         *,
         fuzzy_threshold: float = 0.85,
