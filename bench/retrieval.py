@@ -213,6 +213,10 @@ def build(args: argparse.Namespace, data_dir: Path) -> Any:
         encoder = Bm25Encoder(avg_len=args.bm25_avg_len)
         service.sparse = encoder
         service.sync.sparse = encoder
+    if args.no_bm25_date:  # ablation of the product's dated BM25 documents
+        import ferrex.core.sync as sync_module
+
+        sync_module.sparse_text = lambda memory, text: text
     args.rerank_top_n = settings.retrieval.rerank_top_n or 20
     service.ensure_ready()
     if settings.rerank:
@@ -440,23 +444,6 @@ def content_of(turn: Turn, fmt: str, captions: bool) -> str:
     return f"{turn.speaker}: {text}"
 
 
-class DatedBm25:
-    """Simulates a src change without making it: the episodic event date indexed as words in the
-    memory's BM25 document only (content, dense vector and token budget unchanged). The
-    service's sparse encoder is wrapped before ingestion; queries pass through unchanged."""
-
-    def __init__(self, inner: Any, dates: dict[str, str]) -> None:
-        self.inner = inner
-        self.dates = dates
-
-    def encode_document(self, text: str) -> Any:
-        date = self.dates.get(text)
-        return self.inner.encode_document(f"{date} {text}" if date else text)
-
-    def encode_query(self, text: str) -> Any:
-        return self.inner.encode_query(text)
-
-
 @dataclass
 class Stored:
     """Where each dialog turn ended up (memory id), per conversation."""
@@ -484,14 +471,6 @@ def ingest_locomo(
                 item["entities"] = [turn.speaker]
             items.append(item)
             owners.append((conv, turn))
-    if args.bm25_date:
-        dates = {
-            item["content"]: f"{turn.date.day} {turn.date:%B %Y}"
-            for item, (_, turn) in zip(items, owners, strict=True)
-        }
-        encoder = DatedBm25(service.sparse, dates)
-        service.sparse = encoder
-        service.sync.sparse = encoder
     start = time.perf_counter()
     results = service.store_many(items, batch=args.batch)
     elapsed = time.perf_counter() - start
@@ -1022,11 +1001,6 @@ def ingest_beir(
         )
         ids.append(did)
     prep = time.perf_counter() - start
-    if args.bm25_date:  # BEIR memories carry no event time: they are dated "now" (the clock)
-        stamp = f"{NOW.day} {NOW:%B %Y}"
-        encoder = DatedBm25(service.sparse, {item["content"]: stamp for item in items})
-        service.sparse = encoder
-        service.sync.sparse = encoder
     results = service.store_many(items, batch=args.batch)
     elapsed = time.perf_counter() - start
     memory_of: dict[str, str] = {}
@@ -1516,9 +1490,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="Bm25Encoder(avg_len=...) for documents and queries (default: 256)",
     )
     exp.add_argument(
-        "--bm25-date",
+        "--no-bm25-date",
         action="store_true",
-        help="index each memory's event date in its BM25 document only (simulated src change)",
+        help="ablation: index episodic memories without their event date in the BM25 document",
     )
     exp.add_argument(
         "--speaker-entities",

@@ -224,6 +224,24 @@ def test_long_procedure_has_one_point_per_step(
         assert (best.memory_id, best.chunk) == (memory_id, index)
 
 
+def test_step_points_carry_their_step_index(service: MemoryService) -> None:
+    import qdrant_edge as q
+
+    steps = long_steps()
+    split = service.store({"type": "procedural", "name": "rotate-subsystems", "steps": steps})
+    whole = service.store({"type": "procedural", "name": "restart", "steps": ["stop", "start"]})
+    records, _ = service.index.shard.scroll(  # type: ignore[attr-defined]
+        q.ScrollRequest(limit=1000, with_payload=["memory_id", "chunk", "step_index"])
+    )
+    payloads = [r.payload for r in records]
+    split_steps = sorted(p["step_index"] for p in payloads if p["memory_id"] == split["id"])
+    assert split_steps == list(range(len(steps)))
+    assert all(p["step_index"] == p["chunk"] for p in payloads if "step_index" in p)
+    # A procedure embedded whole has one point and no step to name.
+    [whole_point] = [p for p in payloads if p["memory_id"] == whole["id"]]
+    assert "step_index" not in whole_point
+
+
 def test_chunked_procedure_is_found_by_its_conditions(service: MemoryService) -> None:
     stored = service.store(
         {

@@ -365,3 +365,115 @@ def test_an_interrupted_model_change_resumes_with_the_requested_model(
         assert resumed.meta.get_meta(REBUILD_TARGET) is None
     finally:
         resumed.close()
+
+
+# =========================================================================== hardening
+
+
+def test_repair_makes_sqlite_follow_the_points_it_writes(store: Path, models_dir: Path) -> None:
+    """A memory whose SQLite layout disagrees with its points (another model split it
+    differently, or an import carried a wrong chunk_count): repair re-indexes it *and* records
+    the new layout, so doctor agrees afterwards instead of reporting it forever."""
+    ids = memory_ids(store)
+    multi = next(i for i, chunks in ids.items() if chunks > 1)
+    with closing(sqlite3.connect(store / "ferrex.db")) as conn, conn:
+        conn.execute(
+            "UPDATE memories SET chunk_count = 1, embed_model = 'another/model' WHERE id = ?",
+            (multi,),
+        )
+    report = doctor(store, models_dir, check=1)
+    assert report["chunk_mismatch"] == {"count": 1, "sample": [multi]}
+    repaired = doctor(store, models_dir, "--repair")
+    assert repaired["repaired"]["reindexed"] == 1 and repaired["in_agreement"] is True
+    assert memory_ids(store)[multi] == ids[multi]
+    with closing(ro(store)) as conn:
+        [(model,)] = conn.execute("SELECT embed_model FROM memories WHERE id = ?", (multi,))
+    assert model.startswith(MINILM)
+    assert doctor(store, models_dir)["in_agreement"] is True
+
+
+def test_doctor_finds_points_of_another_model(store: Path, models_dir: Path) -> None:
+    """Recall filters on the pinned model, so such a point is invisible: doctor must say so."""
+    victim = sorted(memory_ids(store))[3]
+    shard = q.EdgeShard.load(str(store / "index"))
+    try:
+        flt = q.Filter(must=[q.FieldCondition("memory_id", match=q.MatchValue(victim))])
+        shard.update(q.UpdateOperation.set_payload_by_filter(flt, {"model": "another/model"}))
+        shard.flush()
+    finally:
+        shard.close()
+    report = doctor(store, models_dir, check=1)
+    assert report["model_mismatch"] == {"count": 1, "sample": [victim]}
+    assert report["in_agreement"] is False
+    assert "points of another model: 1" in cli(store, models_dir, "doctor", check=1).stdout
+    repaired = doctor(store, models_dir, "--repair")
+    assert repaired["in_agreement"] is True
+    assert repaired["after_repair"]["model_mismatch"]["count"] == 0
+
+
+@pytest.mark.parametrize("kind", ["file", "unreachable"])
+def test_an_unusable_data_dir_is_a_one_line_error(
+    tmp_path: Path, models_dir: Path, kind: str
+) -> None:
+    target = tmp_path / "not-a-dir"
+    if kind == "file":
+        target.write_text("x", encoding="utf-8")
+    else:
+        blocker = tmp_path / "blocker"
+        blocker.write_text("x", encoding="utf-8")
+        target = blocker / "sub"
+    done = cli(target, models_dir, "doctor", check=2)
+    assert done.stderr.strip().startswith("error: ")
+    assert "Traceback" not in done.stderr and "--data-dir" in done.stderr
+    assert done.stdout == ""
+
+
+def test_loose_data_dir_permissions_are_tightened_out_loud(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    data = tmp_path / "shared"
+    data.mkdir(mode=0o755)
+    os.chmod(data, 0o755)
+    done = cli(data, models_dir, "doctor", "--json")
+    assert "tightened the permissions" in done.stderr and "0o755" in done.stderr
+    assert os.stat(data).st_mode & 0o777 == 0o700
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"namespace": "../../etc"}, "namespace"),
+        ({"created_at": None}, "created_at"),
+        ({"type": "dream"}, "type"),
+        ({"confidence": 7}, "confidence"),
+        ({"id": "x" * 200}, "id"),
+    ],
+)
+def test_a_bad_export_file_imports_nothing_and_says_which_line(
+    store: Path, models_dir: Path, tmp_path: Path, change: dict[str, Any], reason: str
+) -> None:
+    exported = cli(store, models_dir, "export").stdout.splitlines()
+    records = [json.loads(line) for line in exported]
+    target = next(n for n, r in enumerate(records) if r["kind"] == "memory") + 10
+    records[target] = {**records[target], **change}
+    if change.get("created_at", 0) is None:
+        del records[target]["created_at"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(json.dumps(r) for r in records) + "\n", encoding="utf-8")
+    fresh = tmp_path / "fresh"
+    cli(fresh, models_dir, "doctor", "--json")  # an initialised, empty store
+    before = digest(fresh)
+    done = cli(fresh, models_dir, "import", str(bad), check=2)
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"error: line {target + 1} of the export file is not valid")
+    assert reason in line and "nothing was imported" in line
+    assert "Traceback" not in done.stderr
+    assert digest(fresh) == before
+
+
+def test_import_shows_progress(store: Path, models_dir: Path, tmp_path: Path) -> None:
+    exported = tmp_path / "all.jsonl"
+    cli(store, models_dir, "export", "-o", str(exported))
+    done = cli(tmp_path / "fresh", models_dir, "import", str(exported))
+    assert "importing: 150/150" in done.stderr and "100%" in done.stderr
+    assert "imported 150 memories" in done.stderr

@@ -339,6 +339,23 @@ def test_supersedes_bypasses_the_similarity_check(clocked: tuple[MemoryService, 
     assert entry["detail"] == {"reason": "explicit"} and entry["other_id"] == new["id"]
 
 
+def test_a_backdated_supersede_never_inverts_the_old_interval(
+    clocked: tuple[MemoryService, Clock],
+) -> None:
+    service, clock = clocked
+    old = service.store(fact("api-server", "region", "eu-west", t_valid=iso(T0)))
+    clock.now = T0 + timedelta(days=2)
+    earlier = iso(T0 - timedelta(days=30))
+    new = service.store(
+        fact("api-server", "region", "us-east", t_valid=earlier, supersedes=old["id"])
+    )
+    assert new["status"] == "superseded"
+    rows = semantic_rows(service)
+    # Closed where it began (an empty interval), not 30 days before it began.
+    assert rows[old["id"]].t_invalid == rows[old["id"]].t_valid == T0
+    assert rows[new["id"]].t_valid == T0 - timedelta(days=30)
+
+
 def test_supersedes_works_across_predicates(clocked: tuple[MemoryService, Clock]) -> None:
     service, _ = clocked
     old = service.store(fact("api-server", "license", "MIT"))

@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from tests.support.vocabulary import SUBSYSTEMS
 from tests.test_staleness import MovableClock
 
 from ferrex.core.clock import to_iso
@@ -344,3 +345,35 @@ def test_pinning_through_reflect_protects_from_eviction(make_service: ServiceFac
     service.settings.lifecycle.max_memories = 1
     assert service.enforce_budget() == 1
     assert not service.meta.memory_exists(keep)
+
+
+def test_storage_budget_converges_to_just_under_the_limit(make_service: ServiceFactory) -> None:
+    """The budget counts the memories' data, which evicting lowers by exactly the evicted size:
+    a budget 3% under the current size costs a couple of memories, once, and later stores
+    each push out about their own size, never a cascade (file sizes never shrink, so a budget
+    on them could not be met)."""
+    service = make_service(clock=lambda: NOW)
+    actions = ["migrated", "load-tested", "documented", "paged on-call for"]
+    notes = [f"{a} the {s} service" for a in actions for s in SUBSYSTEMS]
+    stored = service.store_many(
+        [
+            {"content": note, "timestamp": to_iso(NOW - timedelta(days=40 + day))}  # aging
+            for day, note in enumerate(notes)
+        ]
+    )
+    assert all("error" not in s for s in stored), stored
+    size = service.storage_bytes()
+    assert size > 0 and service.meta.count_memories() == 40
+    service.settings.lifecycle.max_storage_mb = 0.97 * size / (1024 * 1024)
+    budget = service.settings.lifecycle.max_storage_mb * 1024 * 1024
+    evicted = service.enforce_budget()
+    assert 1 <= evicted <= 3
+    assert service.storage_bytes() <= budget
+    assert service.enforce_budget() == 0  # met: nothing more to do
+    for n in range(3):
+        store(service, content=f"{['bought', 'sold', 'lent'][n]} a bicycle at the flea market")
+        assert service.storage_bytes() <= budget
+        assert 37 - 3 <= service.meta.count_memories() <= 40
+    detailed = service.stats({"detailed": True})
+    assert detailed["storage_mb"] == round(service.storage_bytes() / (1024 * 1024), 2)
+    assert detailed["disk_mb"] >= detailed["storage_mb"]

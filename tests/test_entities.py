@@ -126,6 +126,45 @@ def test_alias_lookup_returns_the_canonical_entity(
     assert row is not None and row.display_name == "postgres"
 
 
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("service-a", "service-b"),
+        ("Java", "JavaScript"),
+        ("us-east", "us-west"),
+        ("team red", "team blue"),
+    ],
+)
+def test_look_alike_names_of_different_things_stay_apart(
+    meta: MetadataStore, embedder: FastEmbedEmbedder, first: str, second: str
+) -> None:
+    """Jaro-Winkler rates each pair above 0.85, but a swapped word or a compound names another
+    thing: no fuzzy merge (the embedding stage still decides, with its own threshold)."""
+    assert JaroWinkler.similarity(normalize_entity(first), normalize_entity(second)) > 0.85
+    entities = resolver(meta, embedder)
+    a = entities.resolve("default", first, create=True, at=NOW)
+    b = entities.resolve("default", second, create=True, at=NOW)
+    assert b.method != "fuzzy"
+    assert b.entity_id != a.entity_id
+    assert meta.count_entities("default") == 2
+
+
+def test_a_look_alike_subject_does_not_supersede_another_subjects_fact(
+    service: MemoryService,
+) -> None:
+    """The over-merge failure in full: service-b's version must not invalidate service-a's."""
+    first = service.store(
+        {"subject": "service-a", "predicate": "version", "object": "stable channel 4"}
+    )
+    second = service.store(
+        {"subject": "service-b", "predicate": "version", "object": "beta channel 4"}
+    )
+    assert second["status"] == "stored", second
+    assert second["entities"][0]["entity_id"] != first["entities"][0]["entity_id"]
+    current = service.recall({"query": "version channel", "types": ["semantic"], "limit": 10})
+    assert {first["id"], second["id"]} <= {r["id"] for r in current["results"]}
+
+
 def test_fuzzy_threshold_is_strict(meta: MetadataStore, embedder: FastEmbedEmbedder) -> None:
     score = JaroWinkler.similarity("postgres", "postgresql")
     entities = resolver(meta, embedder, fuzzy_threshold=score, embedding_threshold=0.999)

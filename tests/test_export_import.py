@@ -37,11 +37,12 @@ from ferrex.core.service import MemoryService
 NOW = datetime.now(UTC).replace(microsecond=0)
 
 # Detailed stats fields that describe the process and the files, not the memories:
-#   storage_mb - bytes on disk (SQLite page layout and index segments differ after a rebuild)
+#   disk_mb    - bytes on disk (SQLite page layout and index segments differ after a rebuild);
+#                storage_mb (the data the memories hold) must match and is compared
 #   cache      - recall-cache counters of this process (hits/misses of the calls it served)
 #   index      - engine bookkeeping of the vector index (segments / indexed vectors); its
 #                point count is compared separately and must match
-INSTRUMENTATION = ("storage_mb", "cache", "index")
+INSTRUMENTATION = ("disk_mb", "cache", "index")
 
 RECALLS: tuple[dict[str, Any], ...] = (
     {"query": "database outage"},

@@ -203,3 +203,43 @@ def test_points_of_another_model_are_never_compared(make_service: ServiceFactory
     again = service.store({"content": "the ledger service archives invoices to S3 nightly"})
     assert again["status"] == "stored"
     assert pin.startswith("sentence-transformers/all-MiniLM-L6-v2")
+
+
+# ------------------------------------------------------------------ dated BM25 documents
+
+DIARY = [
+    ("2023-05-08T10:00:00Z", "went hiking with Melanie and her kids near the lake"),
+    ("2023-10-13T10:00:00Z", "went hiking with Caroline and the dog along the river"),
+    ("2024-02-02T10:00:00Z", "went hiking alone up the hill behind the house"),
+]
+
+
+def test_sparse_text_dates_episodic_memories_only() -> None:
+    from ferrex.core.indexing import sparse_text
+    from ferrex.core.memory import MemoryType
+
+    class Fake:  # the two attributes sparse_text reads; not a store or model double
+        def __init__(self, kind: MemoryType) -> None:
+            self.type = kind
+            self.event_time = datetime(2023, 5, 8, 23, 59, tzinfo=UTC)
+
+    assert sparse_text(Fake(MemoryType.EPISODIC), "text") == "8 May 2023 text"  # type: ignore[arg-type]
+    assert sparse_text(Fake(MemoryType.SEMANTIC), "text") == "text"  # type: ignore[arg-type]
+    assert sparse_text(Fake(MemoryType.PROCEDURAL), "text") == "text"  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [("hiking in October 2023", 1), ("where did I go hiking in May?", 0), ("hiking 2024", 2)],
+)
+def test_a_named_month_or_year_finds_the_episode_by_its_date(
+    make_service: ServiceFactory, query: str, expected: int
+) -> None:
+    """The event date is indexed as BM25 words: a query naming the period ranks that episode
+    first, while the returned content stays exactly as stored (no date words added)."""
+    service = make_service(clock=lambda: NOW)
+    stored = service.store_many([{"content": c, "timestamp": t} for t, c in DIARY])
+    assert all("error" not in s for s in stored), stored
+    results = service.recall({"query": query, "limit": 3, "include_stale": True})["results"]
+    assert results[0]["id"] == stored[expected]["id"]
+    assert {r["content"] for r in results} == {c for _, c in DIARY}

@@ -7,6 +7,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import anyio
 import pytest
 from tests.conftest import call, ferrex_command, mcp_client, ok
 
@@ -261,6 +262,56 @@ async def test_model_pinning_refuses_another_tier(tmp_path: Path, models_dir: Pa
     assert "sentence-transformers/all-MiniLM-L6-v2" in process.stderr
     assert "BAAI/bge-base-en-v1.5" in process.stderr
     assert process.stdout == ""
+
+
+async def test_a_refused_model_answers_every_tool_call_with_the_reason(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    """Under a real client (stdin held open) the refusal reaches the agent as a tool error with
+    a stable code and the fix, instead of a server that neither answers nor exits."""
+    data = tmp_path / "d"
+    async with mcp_client(data, models_dir) as client:
+        await ok(client, "store", {"content": "a memory embedded with all-MiniLM-L6-v2"})
+    async with mcp_client(data, models_dir, "--model-tier", "best") as client:
+        for tool, arguments in (("recall", {"query": "memory"}), ("stats", {})):
+            with anyio.fail_after(60):
+                payload = await call(client, tool, arguments)
+            error = payload["error"]
+            assert error["code"] == "model_mismatch", payload
+            assert "sentence-transformers/all-MiniLM-L6-v2" in error["message"]
+            assert "BAAI/bge-base-en-v1.5" in error["message"]
+    async with mcp_client(data, models_dir) as client:  # nothing was changed by the refusal
+        stats = await ok(client, "stats", {})
+        assert stats["total"] == 1
+
+
+def test_unreachable_qdrant_exits_even_while_the_client_keeps_stdin_open(
+    tmp_path: Path,
+) -> None:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    process = subprocess.Popen(
+        [ferrex_command(), "--qdrant-url", url, "--data-dir", str(tmp_path / "d")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.wait(timeout=30) == 2
+    finally:
+        if process.poll() is None:
+            process.kill()
+        assert process.stdin is not None
+        process.stdin.close()
+    assert process.stderr is not None and process.stdout is not None
+    lines = process.stderr.read().strip().splitlines()
+    assert lines[-1] == f"error: cannot connect to Qdrant at {url} — is it running?"
+    assert process.stdout.read() == ""
 
 
 def test_closed_qdrant_port_fails_fast_with_exact_message(tmp_path: Path) -> None:

@@ -94,11 +94,11 @@ def test_fuzzy_match_against_existing_predicates() -> None:
 
 
 def test_fuzzy_threshold_is_strict() -> None:
-    score = JaroWinkler.similarity("hostedon", "hosts")
+    score = JaroWinkler.similarity("deploysto", "deployedto")
     at_score = PredicateNormalizer({}, fuzzy_threshold=score)
     below_score = PredicateNormalizer({}, fuzzy_threshold=score - 0.001)
-    assert at_score.resolve("hosted_on", existing=["hosts"]).method == "new"
-    assert below_score.resolve("hosted_on", existing=["hosts"]).canonical == "hosts"
+    assert at_score.resolve("deploys_to", existing=["deployedto"]).method == "new"
+    assert below_score.resolve("deploys_to", existing=["deployedto"]).canonical == "deployedto"
 
 
 def test_fuzzy_picks_the_closest_existing_predicate() -> None:
@@ -117,6 +117,35 @@ def test_unrelated_predicates_do_not_match() -> None:
         resolution = normalizer.resolve(predicate, existing=existing)
         assert resolution.method == "new", (predicate, resolution)
         assert resolution.canonical == normalize_predicate(predicate)
+
+
+@pytest.mark.parametrize(
+    ("incoming", "existing"),
+    [
+        ("max_version", "minversion"),
+        ("min_version", "max_version"),
+        ("created_at", "createdby"),
+        ("licensed_to", "license"),
+        ("hosted_on", "hosts"),
+        ("python3_path", "python2path"),
+    ],
+)
+def test_look_alike_predicates_of_different_meaning_do_not_match(
+    incoming: str, existing: str
+) -> None:
+    """Jaro-Winkler rates each pair above 0.85, yet they are different relations: a fuzzy match
+    would make the new fact supersede an unrelated one."""
+    assert (
+        JaroWinkler.similarity(normalize_predicate(incoming), normalize_predicate(existing)) > 0.85
+    )
+    resolution = PredicateNormalizer({}).resolve(incoming, existing=[existing])
+    assert resolution.method == "new", resolution
+
+
+def test_fuzzy_stage_also_matches_the_synonym_table() -> None:
+    # "depend_on" is a misspelling of the synonym "depends_on": same family, no existing fact.
+    resolution = PredicateNormalizer(DEFAULT_SYNONYMS).resolve("depend_on")
+    assert (resolution.canonical, resolution.method) == ("depends_on", "fuzzy")
 
 
 def test_namespace_synonyms_extend_or_replace_the_map() -> None:

@@ -169,6 +169,21 @@ def test_access_slows_staleness_but_never_prevents_it() -> None:
     assert level(memory("semantic", age=201, accessed=0, count=10**6)) == "stale"
 
 
+@pytest.mark.parametrize(
+    ("kind", "age"), [("episodic", 31), ("episodic", 32), ("semantic", 95), ("procedural", 185)]
+)
+def test_recall_never_makes_an_aging_memory_fresh_again(kind: str, age: int) -> None:
+    """Layer 3: retrieval is not validation. Just past the fresh threshold, a memory recalled
+    a moment ago and a thousand times stays aging (its score drops under the threshold)."""
+    quiet = memory(kind, age=age)
+    popular = memory(kind, age=age, accessed=0, count=1_000)
+    thresholds = DEFAULTS.thresholds("default", kind)
+    assert staleness_score(popular, NOW, DEFAULTS.weights) < thresholds.fresh
+    assert level(quiet) == level(popular) == "aging"
+    # Validation does refresh it.
+    assert level(memory(kind, age=age, validated=0)) == "fresh"
+
+
 def test_more_and_more_recent_access_each_lower_the_score() -> None:
     base = staleness_score(memory("episodic", age=60), NOW, DEFAULTS.weights)
     counted = staleness_score(memory("episodic", age=60, count=20), NOW, DEFAULTS.weights)
@@ -471,3 +486,31 @@ def test_restating_a_known_fact_validates_it(svc: MemoryService, clock: MovableC
 
 def level_of(service: MemoryService, memory_id: str) -> str:
     return assess(row(service, memory_id), service.now(), service.settings.staleness).staleness
+
+
+def test_held_back_counts_only_stale_memories_that_would_have_been_results(
+    svc: MemoryService, clock: MovableClock
+) -> None:
+    """The count tells the agent what include_stale=true would add to *these* results, not how
+    many stale memories the index returned for the query (the dense channel returns any)."""
+    unrelated = [
+        "baked sourdough bread with rye flour on the weekend",
+        "the cat knocked a plant off the windowsill",
+        "lost a chess game with the french defence",
+        "repainted the garden fence dark green",
+        "watched a documentary about octopus intelligence",
+    ]
+    svc.store_many([{"content": text} for text in unrelated])
+    clock.advance(200)  # all five are stale now
+    upgrade = svc.store({"content": "upgraded the kubernetes cluster to 1.31 with kubeadm"})
+    one = svc.recall({"query": "kubernetes cluster upgrade", "limit": 1})
+    assert [r["id"] for r in one["results"]] == [upgrade["id"]]
+    assert one["stale_held_back"] == 0 and "note" not in one
+    # With room for three results, include_stale=true would add two stale ones: that many.
+    three = svc.recall({"query": "kubernetes cluster upgrade", "limit": 3})
+    everything = svc.recall(
+        {"query": "kubernetes cluster upgrade", "limit": 3, "include_stale": True}
+    )
+    added = [r for r in everything["results"] if r["freshness"]["staleness"] == "stale"]
+    assert three["stale_held_back"] == len(added) == 2
+    assert "2 stale memories were held back" in three["note"]

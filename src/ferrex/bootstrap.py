@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,13 +34,36 @@ class Options:
     embedder: FastEmbedEmbedder | None = None  # an already loaded model (rebuild-index)
 
 
+class DataDirError(Exception):
+    """The data dir cannot be created or used."""
+
+
 def ensure_data_dir(path: Path) -> Path:
-    """Create the data dir with mode 0700 (memories are private)."""
+    """Create the data dir with mode 0700 (memories are private); tighten an existing one,
+    saying so on stderr."""
     path = path.expanduser()
-    path.mkdir(parents=True, exist_ok=True)
-    mode = stat.S_IMODE(path.stat().st_mode)
-    if mode & 0o077:
-        os.chmod(path, 0o700)
+    try:
+        if path.exists() and not path.is_dir():
+            raise DataDirError(
+                f"the data dir {path} exists and is not a directory; pass --data-dir DIR "
+                "(or set FERREX_HOME) with a directory"
+            )
+        existed = path.exists()
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        mode = stat.S_IMODE(path.stat().st_mode)
+        if mode & 0o077:
+            os.chmod(path, 0o700)
+        if existed and mode & 0o077:
+            print(
+                f"warning: tightened the permissions of the data dir {path} from {oct(mode)} "
+                "to 0o700 (memories are private)",
+                file=sys.stderr,
+            )
+    except OSError as exc:
+        raise DataDirError(
+            f"cannot use {path} as the data dir ({exc.strerror or exc}); pass --data-dir DIR "
+            "(or set FERREX_HOME) with a directory you can write"
+        ) from None
     return path
 
 

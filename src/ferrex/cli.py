@@ -13,7 +13,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +107,11 @@ def build_parser() -> argparse.ArgumentParser:
         "rebuild-index", parents=[common], help="recreate the vector index from SQLite"
     )
     export = commands.add_parser(
-        "export", parents=[common], help="write every memory as JSON lines"
+        "export",
+        parents=[common],
+        help="write every memory as JSON lines",
+        description="Write every memory, entity and audit entry as JSON lines. With "
+        "--namespace NS only that namespace is exported.",
     )
     export.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     export.add_argument(
@@ -157,6 +161,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     command = args.command or "serve"
+    from ferrex.bootstrap import DataDirError, ensure_data_dir
+
+    try:
+        ensure_data_dir(settings.data_dir)
+    except DataDirError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if settings.qdrant_url:
         from ferrex.store.qdrant import QdrantUnreachableError, connect
 
@@ -202,6 +213,11 @@ def _serve(settings: Settings, explicit_tier: bool) -> int:
 
 
 def _operate(settings: Settings, explicit_tier: bool, op: str, arguments: dict[str, Any]) -> Any:
+    return _session(settings, explicit_tier, lambda backend: backend.call(op, arguments))
+
+
+def _session(settings: Settings, explicit_tier: bool, work: Callable[[Any], Awaitable[Any]]) -> Any:
+    """Run ``work(backend)`` against this data dir's engine (started here or already running)."""
     from ferrex.core.errors import FerrexError
 
     backend = _backend(settings, explicit_tier)
@@ -210,7 +226,7 @@ def _operate(settings: Settings, explicit_tier: bool, op: str, arguments: dict[s
         async with anyio.create_task_group() as tasks:
             try:
                 await backend.start(tasks)
-                return await backend.call(op, arguments)
+                return await work(backend)
             finally:
                 tasks.cancel_scope.cancel()
                 with anyio.CancelScope(shield=True):
@@ -243,6 +259,7 @@ def render_doctor(report: dict[str, Any]) -> str:
     missing = report["missing_in_index"]["count"]
     orphans = report["orphans_in_index"]["count"]
     mismatched = report["chunk_mismatch"]["count"]
+    wrong_model = report["model_mismatch"]["count"]
     lines = [
         f"ferrex doctor — {report['data_dir']}",
         f"[{mark(permissions['ok'])}] data dir permissions {permissions['mode']}",
@@ -264,6 +281,7 @@ def render_doctor(report: dict[str, Any]) -> str:
         f"[{mark(missing == 0)}] missing in index: {missing}",
         f"[{mark(orphans == 0)}] orphans in index: {orphans}",
         f"[{mark(mismatched == 0)}] chunk mismatches: {mismatched}",
+        f"[{mark(wrong_model == 0)}] points of another model: {wrong_model}",
     ]
     if "repaired" in report:
         lines.append(f"      repaired: {report['repaired']}")
@@ -377,6 +395,38 @@ def _export(
     return 0
 
 
+IMPORT_BATCH = 500
+
+
+def _import_batches(
+    settings: Settings, explicit_tier: bool, records: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Import in batches of memories with a progress bar. Each batch carries the header and
+    the entities (importing an entity twice finds the first one), the audit rows go last."""
+    header = [r for r in records if r.get("kind") == "header"][:1]
+    entities = [r for r in records if r.get("kind") == "entity"]
+    memories = [r for r in records if r.get("kind") == "memory"]
+    audit = [r for r in records if r.get("kind") == "audit"]
+    show = _progress("importing")
+
+    async def work(backend: Any) -> dict[str, Any]:
+        total: dict[str, Any] = {"imported": 0, "duplicates": [], "entities": len(entities)}
+        starts = range(0, max(1, len(memories)), IMPORT_BATCH)
+        show(0, len(memories))
+        for number, start in enumerate(starts):
+            batch = memories[start : start + IMPORT_BATCH]
+            last = number == len(starts) - 1
+            payload = header + entities + batch + (audit if last else [])
+            result = await backend.call("import", {"records": payload})
+            total["imported"] += result["imported"]
+            total["duplicates"].extend(result["duplicates"])
+            show(min(start + len(batch), len(memories)), len(memories))
+        return total
+
+    result: dict[str, Any] = _session(settings, explicit_tier, work)
+    return result
+
+
 def _read_records(path: str) -> Iterable[dict[str, Any]]:
     handle = sys.stdin if path == "-" else open(path, encoding="utf-8")  # noqa: SIM115
     try:
@@ -397,10 +447,16 @@ def _import(settings: Settings, explicit_tier: bool, path: str) -> int:
     if path != "-" and not os.path.exists(path):
         print(f"error: no such file: {path}", file=sys.stderr)
         return 2
+    from ferrex.core.errors import FerrexError
+    from ferrex.core.export_format import check_records
+
     records = list(_read_records(path))
-    memories = sum(1 for r in records if r.get("kind") == "memory")
-    print(f"importing {memories} memories…", file=sys.stderr)
-    result = _operate(settings, explicit_tier, "import", {"records": records})
+    try:
+        check_records(records)  # a bad file imports nothing: check every line first
+    except FerrexError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 2
+    result = _import_batches(settings, explicit_tier, records)
     print(
         f"imported {result['imported']} memories; {len(result['duplicates'])} already present "
         f"(kept as they were); {result['entities']} entities",

@@ -18,23 +18,15 @@ import numpy as np
 from rapidfuzz import process
 from rapidfuzz.distance import JaroWinkler
 
+from ferrex.core.names import distinct_entity_names, numbers_differ
 from ferrex.core.ports import MetadataStore, Vector
 
 _SEPARATORS = re.compile(r"[\s_\-]+")
-_DIGITS = re.compile(r"\d+")
 
 
 def normalize_entity(name: str) -> str:
     """ "Tokio" -> "tokio"; " api server " -> "api server"; "api_server" -> "api server"."""
     return _SEPARATORS.sub(" ", name.strip().lower()).strip()
-
-
-def numbers_differ(a: str, b: str) -> bool:
-    """True when two names carry different numbers ("python2" vs "python3", "v1.36" vs "v1.38").
-
-    Jaro-Winkler rates such pairs above 0.85; they are different things, never aliases.
-    """
-    return _DIGITS.findall(a) != _DIGITS.findall(b)
 
 
 @dataclass(frozen=True)
@@ -104,7 +96,9 @@ class EntityResolver:
             score_cutoff=self.fuzzy_threshold + 1e-12,
         )
         for matched, score, position in matches:
-            if score > self.fuzzy_threshold and not numbers_differ(normalized, matched):
+            if score > self.fuzzy_threshold and not distinct_entity_names(
+                normalized, matched, self.fuzzy_threshold
+            ):
                 return ids[position], float(score)
         return None
 

@@ -13,7 +13,7 @@ from ferrex.core.memory import Memory, MemoryType
 
 KEYWORD_FIELDS: tuple[str, ...] = ("memory_id", "namespace", "type", "entities", "model")
 DATETIME_FIELDS: tuple[str, ...] = ("time", "t_valid", "t_invalid", "created_at")
-INTEGER_FIELDS: tuple[str, ...] = ("chunk",)
+INTEGER_FIELDS: tuple[str, ...] = ("chunk", "step_index")
 
 
 def memory_time(memory: Memory) -> Any:
@@ -24,9 +24,31 @@ def memory_time(memory: Memory) -> Any:
     return memory.event_time
 
 
-def build_payload(memory: Memory, chunk: int, model_pin: str) -> dict[str, Any]:
-    """Payload of one vector point of ``memory``."""
-    return {
+_MONTHS = ("January", "February", "March", "April", "May", "June", "July")
+_MONTHS += ("August", "September", "October", "November", "December")
+
+
+def sparse_text(memory: Memory, chunk_text: str) -> str:
+    """The BM25 document of one chunk of ``memory``.
+
+    An episodic memory's event date is indexed as words before its text ("8 May 2023 ...") so
+    a query that names a month, a year or a day ("what happened in May 2023?") matches it
+    lexically. Only the sparse channel sees these words: the content, the dense vector and
+    the token budget are unchanged. Facts and procedures are indexed as written (their time is
+    validity, not an event). English month names, independent of the process locale.
+    """
+    if memory.type is not MemoryType.EPISODIC:
+        return chunk_text
+    when = memory.event_time
+    return f"{when.day} {_MONTHS[when.month - 1]} {when.year} {chunk_text}"
+
+
+def build_payload(
+    memory: Memory, chunk: int, model_pin: str, *, per_step: bool = False
+) -> dict[str, Any]:
+    """Payload of one vector point of ``memory``. A procedure split per step (``per_step``)
+    has one point per step: ``step_index`` (= ``chunk``) says which step the vector holds."""
+    payload = {
         "memory_id": memory.id,
         "namespace": memory.namespace,
         "type": memory.type.value,
@@ -38,6 +60,9 @@ def build_payload(memory: Memory, chunk: int, model_pin: str) -> dict[str, Any]:
         "chunk": chunk,
         "model": model_pin,
     }
+    if per_step and memory.type is MemoryType.PROCEDURAL:
+        payload["step_index"] = chunk
+    return payload
 
 
 def validity_payload(memory: Memory) -> dict[str, Any]:

@@ -339,7 +339,9 @@ class IngestMixin(ServiceState):
         self.meta.link_entities(memory.id, memory.entity_ids)
         for old in invalidate:
             if old.t_invalid is None:
-                old_t_invalid = memory.t_valid or now
+                # Never before the old memory's own start: a backdated replacement closes the
+                # old interval where it began (empty), never into an inverted one.
+                old_t_invalid = max(memory.t_valid or now, old.t_valid or old.event_time)
                 self.meta.update_memory_fields(
                     old.id, t_invalid=old_t_invalid, superseded_by=memory.id, updated_at=now
                 )

@@ -14,12 +14,19 @@ Eviction order when the storage budget is exceeded (spec):
   3. stale episodic memories that are cited (the fact preserves them)
   4. aging episodic memories, lowest relevance first
   never: active semantic facts, procedures, pinned memories.
+
+Storage size (``max_storage_mb``) counts the data the memories hold, not the files' size on
+disk: SQLite never shrinks its file when rows go (free pages are reused) and the vector engine
+preallocates segments, so a budget on file sizes could never be met by evicting. Each memory
+counts its text (content, triple, name, steps, conditions, source, context) plus a fixed row
+cost, and each of its vectors ``4 x dimension`` bytes plus a fixed point cost (sparse terms,
+payload, graph links). The sum is additive: evicting a memory lowers it by exactly its size.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -28,6 +35,13 @@ from ferrex.core.memory import Memory, MemoryType
 from ferrex.core.staleness import AGING, STALE
 
 ACCESS_SLOWDOWN = 0.5
+ROW_BYTES = 512  # ids, timestamps, entity links and SQLite indexes of one memory
+POINT_BYTES = 512  # sparse terms, payload and HNSW links of one vector point
+
+
+def memory_size(text_bytes: int, chunks: int, dimension: int) -> int:
+    """Bytes one memory counts against the storage budget (module docstring)."""
+    return text_bytes + ROW_BYTES + max(1, chunks) * (4 * dimension + POINT_BYTES)
 
 
 def relevance_score(memory: Memory, now: datetime, episodic_half_life_days: float) -> float:
@@ -96,12 +110,13 @@ def choose_evictions(
     *,
     excess_memories: int,
     excess_bytes: float,
-    bytes_per_memory: float,
+    size_of: Callable[[Memory], float],
 ) -> list[EvictionCandidate]:
-    """Priority-1 candidates always go; then as many as needed to get back under budget."""
+    """Priority-1 candidates always go; then as many as needed to get back under budget
+    (``size_of``: the bytes a memory counts against the budget)."""
     chosen = [c for c in ranked if c.priority == 1]
     need_memories = max(0, excess_memories - len(chosen))
-    need_bytes = max(0.0, excess_bytes - len(chosen) * bytes_per_memory)
+    need_bytes = max(0.0, excess_bytes - sum(size_of(c.memory) for c in chosen))
     for candidate in ranked:
         if candidate.priority == 1:
             continue
@@ -109,5 +124,5 @@ def choose_evictions(
             break
         chosen.append(candidate)
         need_memories -= 1
-        need_bytes -= bytes_per_memory
+        need_bytes -= size_of(candidate.memory)
     return chosen

@@ -14,6 +14,7 @@ import structlog
 from ferrex import __version__
 from ferrex.core.clock import from_iso, to_iso
 from ferrex.core.errors import FerrexError
+from ferrex.core.export_format import EXPORT_FORMAT, EXPORT_VERSION, check_records
 from ferrex.core.ids import point_id
 from ferrex.core.memory import Memory, MemoryType
 from ferrex.core.service import (
@@ -31,8 +32,6 @@ from ferrex.core.sync import PlannedMemory
 log = structlog.get_logger("ferrex.maintenance")
 
 ProgressFn = Callable[[int, int], None]
-EXPORT_FORMAT = "ferrex-export"
-EXPORT_VERSION = 1
 _SAMPLE = 20
 
 
@@ -75,7 +74,13 @@ def doctor(service: MemoryService, *, repair: bool = False) -> dict[str, Any]:
             replayed = service.sync.recover()
         report["replayed"] = replayed
     expected = meta.all_memory_ids()
-    actual = service.index.points_by_memory() if model.get("available") else {}
+    actual: dict[str, list[str]] = {}
+    models: dict[str, set[str]] = {}
+    if model.get("available"):
+        for pid, payload in service.index.point_payloads(["memory_id", "model"]):
+            memory_id = str(payload.get("memory_id", ""))
+            actual.setdefault(memory_id, []).append(pid)
+            models.setdefault(memory_id, set()).add(str(payload.get("model")))
     missing = sorted(mid for mid in expected if mid not in actual)
     orphans = sorted(mid for mid in actual if mid not in expected)
     mismatched = sorted(
@@ -83,17 +88,27 @@ def doctor(service: MemoryService, *, repair: bool = False) -> dict[str, Any]:
         for mid, count in expected.items()
         if mid in actual and set(actual[mid]) != {point_id(mid, i) for i in range(count)}
     )
+    # Points of another model are invisible to recall (it filters on the pinned model).
+    pin = service.embedder.info.pin if model.get("available") else None
+    wrong_model = sorted(
+        mid for mid in expected if mid in models and models[mid] != {pin} and mid not in mismatched
+    )
     report["sqlite"] = {"memories": len(expected), "expected_points": sum(expected.values())}
     report["index"] = {"points": sum(len(v) for v in actual.values()), "memories": len(actual)}
     report["missing_in_index"] = {"count": len(missing), "sample": missing[:_SAMPLE]}
     report["orphans_in_index"] = {"count": len(orphans), "sample": orphans[:_SAMPLE]}
     report["chunk_mismatch"] = {"count": len(mismatched), "sample": mismatched[:_SAMPLE]}
+    report["model_mismatch"] = {"count": len(wrong_model), "sample": wrong_model[:_SAMPLE]}
     report["in_agreement"] = (
-        not missing and not orphans and not mismatched and report["journal_backlog"] == 0
+        not missing
+        and not orphans
+        and not mismatched
+        and not wrong_model
+        and report["journal_backlog"] == 0
     )
     if repair and model.get("available") and not report["in_agreement"]:
         with service._write:
-            rows = meta.get_memories(missing + mismatched)
+            rows = meta.get_memories(missing + mismatched + wrong_model)
             todo = list(rows.values())
             for start in range(0, len(todo), 128):
                 service.sync.write_points(
@@ -110,7 +125,13 @@ def doctor(service: MemoryService, *, repair: bool = False) -> dict[str, Any]:
         report["in_agreement"] = after["in_agreement"]
         report["after_repair"] = {
             key: after[key]
-            for key in ("missing_in_index", "orphans_in_index", "chunk_mismatch", "journal_backlog")
+            for key in (
+                "missing_in_index",
+                "orphans_in_index",
+                "chunk_mismatch",
+                "model_mismatch",
+                "journal_backlog",
+            )
         }
     report["ok"] = bool(
         report["in_agreement"] and model.get("available") and report["permissions"]["ok"]
@@ -285,7 +306,11 @@ def import_records(
     progress: ProgressFn | None = None,
     batch: int = 256,
 ) -> dict[str, Any]:
-    """Restore an export into this store (ids kept; existing ids reported as duplicates)."""
+    """Restore an export into this store (ids kept; existing ids reported as duplicates).
+
+    Every line is validated first (``core/export_format.py``): a bad file imports nothing."""
+    records = list(records)
+    check_records(records)
     service.ensure_ready()
     meta = service.meta
     now = service.now()

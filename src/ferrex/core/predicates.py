@@ -4,7 +4,9 @@
    "dependson").
 2. Synonym map: canonical families (depends_on, built_with, version, owned_by), extensible and
    overridable per namespace.
-3. Fuzzy: Jaro-Winkler > 0.85 against the existing predicates of the same subject.
+3. Fuzzy: Jaro-Winkler > 0.85 against the existing predicates of the same subject, then against
+   the synonym table ("depend_on" -> depends_on), with the guards of ``core/names.py``
+   ("min_version" is not "max_version", "licensed_to" is not "license").
 Unrecognised predicates pass through as themselves.
 """
 
@@ -15,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from rapidfuzz.distance import JaroWinkler
+
+from ferrex.core.names import distinct_predicates
 
 _SEPARATORS = re.compile(r"[\s_\-]+")
 
@@ -63,11 +67,25 @@ class PredicateNormalizer:
             return PredicateResolution(predicate, normalized, mapped, "synonym", 1.0, mapped)
         if normalized in existing:
             return PredicateResolution(predicate, normalized, normalized, "exact", 1.0, normalized)
-        best: tuple[float, str] | None = None
-        for candidate in existing:
-            score = JaroWinkler.similarity(normalized, normalize_predicate(candidate))
-            if score > self.fuzzy_threshold and (best is None or score > best[0]):
-                best = (score, candidate)
-        if best is not None:
-            return PredicateResolution(predicate, normalized, best[1], "fuzzy", best[0], best[1])
+        found = self._fuzzy(predicate, normalized, {c: c for c in existing})
+        if found is None:
+            found = self._fuzzy(predicate, normalized, self._table)
+        if found is not None:
+            score, canonical = found
+            return PredicateResolution(predicate, normalized, canonical, "fuzzy", score, canonical)
         return PredicateResolution(predicate, normalized, normalized, "new", 1.0, None)
+
+    def _fuzzy(
+        self, predicate: str, normalized: str, candidates: Mapping[str, str]
+    ) -> tuple[float, str] | None:
+        """Best (score, canonical) over ``candidates`` (spelling -> canonical) above the
+        threshold, skipping pairs that name different relations."""
+        best: tuple[float, str] | None = None
+        for spelling, canonical in candidates.items():
+            score = JaroWinkler.similarity(normalized, normalize_predicate(spelling))
+            if score <= self.fuzzy_threshold or (best is not None and score <= best[0]):
+                continue
+            if distinct_predicates(predicate, spelling, self.fuzzy_threshold):
+                continue
+            best = (score, canonical)
+        return best

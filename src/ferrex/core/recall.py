@@ -4,6 +4,7 @@ reranking, recency boosts, token budget, freshness annotation and query-time con
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ferrex.core import conflict as conflicts
@@ -104,7 +105,7 @@ class RecallMixin(ServiceState):
         rows = self.meta.get_memories([entry[0] for entry in cached.fused])
         candidates: list[Candidate] = []
         freshness: dict[str, Freshness] = {}
-        held_back = 0
+        stale: list[Candidate] = []
         for rank, (memory_id, score, dense_rank, bm25_rank) in enumerate(cached.fused, start=1):
             memory = rows.get(memory_id)
             if memory is None or memory.namespace != namespace:
@@ -112,11 +113,12 @@ class RecallMixin(ServiceState):
             if request.version is not None and memory.version != request.version:
                 continue
             fresh = assess(memory, now, self.settings.staleness)
+            candidate = Candidate(memory_id, score, rank, dense_rank, bm25_rank)
             if fresh.staleness == STALE and not request.include_stale:
-                held_back += 1
+                stale.append(candidate)
                 continue
             freshness[memory_id] = fresh
-            candidates.append(Candidate(memory_id, score, rank, dense_rank, bm25_rank))
+            candidates.append(candidate)
 
         use_rerank = self.reranker.available and cfg.rerank_top_n > 0 and bool(candidates)
         if self.settings.rerank and not self.reranker.available:
@@ -145,6 +147,7 @@ class RecallMixin(ServiceState):
             base_k=cfg.fused_base_k,
         )
         selected = ordered[:limit]
+        held_back = self._held_back(candidates, stale, limit, boost, cfg.fused_base_k)
         truncated = 0
         tokens_used = None
         if request.max_tokens is not None:
@@ -233,6 +236,31 @@ class RecallMixin(ServiceState):
                 (mid, score, dense_ranks.get(mid), bm25_ranks.get(mid)) for mid, score in ordered
             ]
         )
+
+    @staticmethod
+    def _held_back(
+        candidates: Sequence[Candidate],
+        stale: Sequence[Candidate],
+        limit: int,
+        boost: Callable[[Candidate], float],
+        base_k: float,
+    ) -> int:
+        """How many stale memories include_stale=true would have put in these results: the
+        stale candidates within the top ``limit`` of all candidates (fused order with the
+        recency boost), not every stale memory the index returned (the dense channel returns
+        something for any query)."""
+        if not stale:
+            return 0
+        # Copies in fused order: ordering writes scores into the candidates it ranks.
+        pool = sorted(
+            (replace(c, rerank_score=None) for c in [*candidates, *stale]),
+            key=lambda c: c.fused_rank,
+        )
+        everything, _ = order_candidates(
+            pool, rerank_top_n=0, rerank=None, boost_of=boost, base_k=base_k
+        )
+        stale_ids = {c.memory_id for c in stale}
+        return sum(1 for c in everything[:limit] if c.memory_id in stale_ids)
 
     def _result(
         self, memory: Memory, candidate: Candidate, fresh: Freshness, explain: bool

@@ -91,6 +91,16 @@ def _memory_id(value: Any, what: str) -> str:
     return value
 
 
+def validate_namespace(value: Any) -> str:
+    """The tools' namespace rule (public: export files are checked with it too)."""
+    return _namespace(value)
+
+
+def validate_memory_id(value: Any, what: str) -> str:
+    """The tools' memory-id rule (public: export files are checked with it too)."""
+    return _memory_id(value, what)
+
+
 def _json_depth(value: Any, depth: int = 0) -> int:
     if isinstance(value, dict):
         return max([depth + 1, *(_json_depth(v, depth + 1) for v in value.values())])

@@ -22,8 +22,13 @@ from ferrex.core.clock import Clock, utcnow
 from ferrex.core.entities import EntityResolver
 from ferrex.core.errors import FerrexError
 from ferrex.core.ingest import IngestMixin
-from ferrex.core.lifecycle import choose_evictions, eviction_candidates, superseded_past_retention
-from ferrex.core.memory import MemoryType
+from ferrex.core.lifecycle import (
+    choose_evictions,
+    eviction_candidates,
+    memory_size,
+    superseded_past_retention,
+)
+from ferrex.core.memory import Memory, MemoryType
 from ferrex.core.ports import (
     Embedder,
     MetadataStore,
@@ -328,6 +333,20 @@ class MemoryService(IngestMixin, RecallMixin):
         return evicted
 
     def storage_bytes(self) -> int:
+        """The data the memories hold, as the storage budget counts it (core/lifecycle.py)."""
+        dimension = self._vector_dimension()
+        return sum(
+            memory_size(text, chunks, dimension) for text, chunks in self.meta.data_sizes().values()
+        )
+
+    def _vector_dimension(self) -> int:
+        """The pinned dimension (no model load needed); a store without a pin has no vectors."""
+        pinned = self.meta.get_meta(PIN_DIMENSION)
+        return int(pinned) if pinned and pinned.isdigit() else 0
+
+    def disk_bytes(self) -> int:
+        """What the store's files occupy on disk (free SQLite pages and engine preallocation
+        included): at least the data, usually more."""
         return self.meta.size_bytes() + self.index.size_bytes()
 
     def enforce_budget(self) -> int:
@@ -336,15 +355,17 @@ class MemoryService(IngestMixin, RecallMixin):
         if lifecycle.max_memories <= 0 and lifecycle.max_storage_mb <= 0:
             return 0
         total = self.meta.count_memories()
-        size = self.storage_bytes()
         excess_memories = (
             max(0, total - lifecycle.max_memories) if lifecycle.max_memories > 0 else 0
         )
-        budget_bytes = lifecycle.max_storage_mb * 1024 * 1024
-        excess_bytes = max(0.0, size - budget_bytes) if lifecycle.max_storage_mb > 0 else 0.0
+        excess_bytes = 0.0
+        if lifecycle.max_storage_mb > 0:
+            budget_bytes = lifecycle.max_storage_mb * 1024 * 1024
+            excess_bytes = max(0.0, self.storage_bytes() - budget_bytes)
         if excess_memories <= 0 and excess_bytes <= 0:
             return 0
         now = self.now()
+        dimension = self._vector_dimension()
         with self._write:
             pool = self.meta.memories_in_namespace(
                 None,
@@ -363,22 +384,26 @@ class MemoryService(IngestMixin, RecallMixin):
                 cited=cited,
                 episodic_half_life_days=lifecycle.episodic_half_life_days,
             )
+            sizes = self.meta.data_sizes([c.memory.id for c in ranked]) if excess_bytes else {}
+
+            def size_of(memory: Memory) -> float:
+                text, chunks = sizes.get(memory.id, (0, memory.chunk_count))
+                return memory_size(text, chunks, dimension)
+
             chosen = choose_evictions(
                 ranked,
                 excess_memories=excess_memories,
                 excess_bytes=excess_bytes,
-                bytes_per_memory=size / max(1, total),
+                size_of=size_of,
             )
-            by_namespace: dict[str, list[tuple[str, str]]] = {}
             for candidate in chosen:
-                by_namespace.setdefault(candidate.memory.namespace, []).append(
-                    (candidate.memory.id, candidate.reason)
+                self._delete(
+                    [candidate.memory.id],
+                    candidate.memory.namespace,
+                    cascade=False,
+                    action="evict",
+                    reason=candidate.reason,
                 )
-            for namespace, items in by_namespace.items():
-                for memory_id, reason in items:
-                    self._delete(
-                        [memory_id], namespace, cascade=False, action="evict", reason=reason
-                    )
         if chosen:
             log.info("evicted memories over the storage budget", count=len(chosen))
         return len(chosen)

@@ -10,7 +10,9 @@ fresh < ``fresh``; stale >= ``stale``; aging in between.
 
 Age and validation carry the high weights (0.45 each); access recency and count the low ones
 (0.05 each), so popularity slows staleness by at most 10% and can never keep an unvalidated
-memory fresh forever (Layer 3: retrieval is not validation). A memory never validated counts
+memory fresh forever (Layer 3: retrieval is not validation). Access only ever delays *stale*:
+*fresh* needs the base alone (age and validation) under the fresh threshold, so one recall
+never turns an aging memory fresh again. A memory never validated counts
 its validation age from its own age (episodic, procedural) or from when it was stored (semantic).
 """
 
@@ -58,6 +60,11 @@ def access_credit(memory: Memory, now: datetime, weights: StalenessWeights) -> f
 
 def staleness_score(memory: Memory, now: datetime, weights: StalenessWeights) -> float:
     """Effective age in days (see module docstring)."""
+    return base_score(memory, now, weights) * (1.0 - access_credit(memory, now, weights))
+
+
+def base_score(memory: Memory, now: datetime, weights: StalenessWeights) -> float:
+    """The score from age and validation alone (no access credit)."""
     since_validation = days_since_validation(memory, now)
     if memory.type is MemoryType.SEMANTIC:
         base = since_validation
@@ -69,7 +76,7 @@ def staleness_score(memory: Memory, now: datetime, weights: StalenessWeights) ->
             base = (
                 weights.age * age_days(memory, now) + weights.validated * since_validation
             ) / total
-    return base * (1.0 - access_credit(memory, now, weights))
+    return base
 
 
 def needs_validation(memory: Memory, now: datetime, config: StalenessConfig) -> bool:
@@ -85,8 +92,10 @@ def needs_validation(memory: Memory, now: datetime, config: StalenessConfig) -> 
     return days_since_validation(memory, now) >= thresholds.fresh
 
 
-def level_for(score: float, thresholds: Thresholds) -> str:
-    if score < thresholds.fresh:
+def level_for(score: float, thresholds: Thresholds, base: float | None = None) -> str:
+    """fresh / aging / stale of a score; ``base`` (the score without access credit) must also
+    be under the fresh threshold for fresh: retrieval delays staleness, it never refreshes."""
+    if score < thresholds.fresh and (base is None or base < thresholds.fresh):
         return FRESH
     if score >= thresholds.stale:
         return STALE
@@ -114,11 +123,12 @@ class Freshness:
 
 def assess(memory: Memory, now: datetime, config: StalenessConfig) -> Freshness:
     """Freshness metadata of one memory (Layer 6: every recall result carries it)."""
-    score = staleness_score(memory, now, config.weights)
+    base = base_score(memory, now, config.weights)
+    score = base * (1.0 - access_credit(memory, now, config.weights))
     if memory.t_invalid is not None:
         level = SUPERSEDED
     else:
-        level = level_for(score, config.thresholds(memory.namespace, memory.type.value))
+        level = level_for(score, config.thresholds(memory.namespace, memory.type.value), base)
     return Freshness(
         age_days=int(age_days(memory, now)),
         last_accessed=to_iso(memory.last_accessed) if memory.last_accessed else None,

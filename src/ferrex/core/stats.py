@@ -132,6 +132,7 @@ def stats(service: MemoryService, request: StatsRequest) -> dict[str, Any]:
         "conflicts": conflict_count,
         "entities": meta.count_entities(namespace),
         "storage_mb": round(storage / (1024 * 1024), 2),
+        "disk_mb": round(service.disk_bytes() / (1024 * 1024), 2),
         "recent": _recent(recent, now, count_tokens),
         "needs_attention": needs_attention,
         "pinned": sum(1 for m in memories if m.pinned),

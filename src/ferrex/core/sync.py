@@ -20,7 +20,7 @@ from ferrex.config import Settings
 from ferrex.core.chunking import Chunk, plan_chunks, step_prefix
 from ferrex.core.errors import FerrexError
 from ferrex.core.ids import point_id
-from ferrex.core.indexing import build_payload, validity_payload
+from ferrex.core.indexing import build_payload, sparse_text, validity_payload
 from ferrex.core.memory import Memory, embed_text
 from ferrex.core.ports import (
     Embedder,
@@ -114,8 +114,10 @@ class IndexSync:
             IndexPoint(
                 point_id=point_id(planned.memory.id, chunk.index),
                 dense=vector,
-                sparse=self.sparse.encode_document(chunk.text),
-                payload=build_payload(planned.memory, chunk.index, pin),
+                sparse=self.sparse.encode_document(sparse_text(planned.memory, chunk.text)),
+                payload=build_payload(
+                    planned.memory, chunk.index, pin, per_step=len(planned.chunks) > 1
+                ),
             )
             for chunk, vector in zip(planned.chunks, planned.vectors, strict=True)
         ]
@@ -127,6 +129,29 @@ class IndexSync:
             self.index.delete_memories([p.memory.id for p in planned])
         points = [point for p in planned for point in self.points(p)]
         self.index.upsert(points)
+        self._record_layout(planned)
+
+    def _record_layout(self, planned: Sequence[PlannedMemory]) -> None:
+        """Keep SQLite's ``chunk_count`` / ``embed_model`` equal to what was just indexed.
+
+        Re-indexing with another model (rebuild-index, import, repair) can split a memory
+        differently (a 256-token model splits a procedure a 512-token model embeds whole);
+        doctor counts the points SQLite says a memory has, so SQLite must follow.
+        """
+        pin = self.embedder.info.pin
+        changed = [
+            p
+            for p in planned
+            if p.memory.chunk_count != len(p.chunks) or p.memory.embed_model != pin
+        ]
+        if not changed:
+            return
+        with self.meta.transaction():
+            for p in changed:
+                self.meta.update_memory_fields(
+                    p.memory.id, chunk_count=len(p.chunks), embed_model=pin
+                )
+                p.memory.chunk_count, p.memory.embed_model = len(p.chunks), pin
 
     def write_payloads(self, memories: Iterable[Memory]) -> None:
         for memory in memories:

@@ -26,6 +26,7 @@ from ferrex.core import errors
 from ferrex.core.errors import FerrexError
 from ferrex.server.engine import SharedBackend
 from ferrex.server.tools import INSTRUCTIONS, TOOL_NAMES, TOOLS
+from ferrex.server.wire import CheckedLines, stdin_lines
 
 log = structlog.get_logger("ferrex.server")
 
@@ -107,13 +108,21 @@ async def serve_stdio(
         try:
             await backend.start(task_group)
         except FerrexError as exc:
+            # A refusal the agent can act on (model mismatch, unusable store): keep the session
+            # and answer every tool call with it, so the client shows the message instead of a
+            # dead server; the exit status at end of input is still non-zero.
             app.failure = exc
             on_fatal(exc)
-            task_group.cancel_scope.cancel()
-        except BaseException as exc:
-            on_fatal(exc)
-            task_group.cancel_scope.cancel()
+        except anyio.get_cancelled_exc_class():
             raise
+        except BaseException as exc:
+            # Anything else (e.g. an unreachable Qdrant server): leave now. The stdio reader
+            # blocks in a thread that cancellation cannot interrupt, so exit explicitly.
+            on_fatal(exc)
+            with anyio.CancelScope(shield=True):
+                await backend.aclose()
+            sys.stderr.flush()
+            os._exit(_exit_status(exc))
         finally:
             app.ready.set()
 
@@ -134,7 +143,9 @@ async def serve_stdio(
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(watch_signals, tasks.cancel_scope)
             tasks.start_soon(start_backend, tasks)
-            async with stdio_server() as (read_stream, write_stream):
+            lines = CheckedLines(stdin_lines())
+            async with stdio_server(stdin=lines) as (read_stream, write_stream):  # type: ignore[arg-type]
+                lines.attach(write_stream)
                 await app.server.run(
                     read_stream, write_stream, app.server.create_initialization_options()
                 )
@@ -145,12 +156,20 @@ async def serve_stdio(
         log.info("ferrex stopped")
 
 
+def _exit_status(exc: BaseException) -> int:
+    if isinstance(exc, SystemExit) and isinstance(exc.code, int) and exc.code:
+        return exc.code
+    return 2
+
+
 def run(backend: SharedBackend, default_namespace: str = "default") -> int:
     exit_code = 0
 
     def fatal(exc: BaseException) -> None:
         nonlocal exit_code
         exit_code = 2
+        if isinstance(exc, SystemExit):
+            return  # already said why (e.g. the exact Qdrant fail-fast line)
         message = exc.message if isinstance(exc, FerrexError) else str(exc)
         print(f"error: {message}", file=sys.stderr, flush=True)
 

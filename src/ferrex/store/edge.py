@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shutil
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -188,18 +188,22 @@ class EdgeIndex:
 
     def points_by_memory(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
+        for pid, payload in self.point_payloads(["memory_id"]):
+            out.setdefault(str(payload.get("memory_id", "")), []).append(pid)
+        return out
+
+    def point_payloads(self, fields: Sequence[str]) -> Iterator[tuple[str, dict[str, Any]]]:
         if self._shard is None:
-            return out
+            return
         offset: Any = None
         while True:
             records, offset = self.shard.scroll(
-                q.ScrollRequest(offset=offset, limit=1000, with_payload=["memory_id"])
+                q.ScrollRequest(offset=offset, limit=1000, with_payload=list(fields))
             )
             for record in records:
-                memory_id = str((record.payload or {}).get("memory_id", ""))
-                out.setdefault(memory_id, []).append(str(record.id))
+                yield str(record.id), dict(record.payload or {})
             if offset is None or not records:
-                return out
+                return
 
     def stats(self) -> IndexStats:
         if self._shard is None:

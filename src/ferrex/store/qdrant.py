@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from qdrant_client import QdrantClient, models
@@ -260,18 +260,22 @@ class QdrantIndex:
 
     def points_by_memory(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
+        for pid, payload in self.point_payloads(["memory_id"]):
+            out.setdefault(str(payload.get("memory_id", "")), []).append(pid)
+        return out
+
+    def point_payloads(self, fields: Sequence[str]) -> Iterator[tuple[str, dict[str, Any]]]:
         if not self._exists():
-            return out
+            return
         offset: Any = None
         while True:
             records, offset = self.client.scroll(
-                self.collection, limit=1000, offset=offset, with_payload=["memory_id"]
+                self.collection, limit=1000, offset=offset, with_payload=list(fields)
             )
             for record in records:
-                memory_id = str((record.payload or {}).get("memory_id", ""))
-                out.setdefault(memory_id, []).append(str(record.id))
+                yield str(record.id), dict(record.payload or {})
             if offset is None or not records:
-                return out
+                return
 
     def stats(self) -> IndexStats:
         if not self._exists():

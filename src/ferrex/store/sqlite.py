@@ -29,6 +29,20 @@ _MEMORY_COLUMNS = (
     "last_validated, access_count, pinned, multi_valued, chunk_count, embed_model"
 )
 _SQL_CHUNK = 500
+_TEXT_BYTES = " + ".join(
+    f"coalesce(length(CAST({column} AS BLOB)), 0)"
+    for column in (
+        "content",
+        "subject",
+        "predicate",
+        "object",
+        "name",
+        "conditions",
+        "steps",
+        "source",
+        "context",
+    )
+)
 
 
 class SchemaTooNewError(Exception):
@@ -729,6 +743,19 @@ class MetadataStore:
         return rows[0]["at"] if rows else None
 
     # ------------------------------------------------------------------ size
+
+    def data_sizes(self, memory_ids: Sequence[str] | None = None) -> dict[str, tuple[int, int]]:
+        """memory id -> (bytes of its text fields, vector points): what the storage budget
+        counts (``core/lifecycle.memory_size``). All memories when ``memory_ids`` is None."""
+        select = f"SELECT id, {_TEXT_BYTES} AS text_bytes, chunk_count FROM memories"
+        if memory_ids is None:
+            rows = self._q(select)
+        else:
+            rows = []
+            for chunk in _chunks(list(memory_ids)):
+                marks = ",".join("?" * len(chunk))
+                rows.extend(self._q(f"{select} WHERE id IN ({marks})", chunk))
+        return {row["id"]: (int(row["text_bytes"]), int(row["chunk_count"])) for row in rows}
 
     def size_bytes(self) -> int:
         total = 0

@@ -1,0 +1,95 @@
+"""The stdio wire: every request line gets an answer, even one the MCP SDK cannot read.
+
+The SDK's stdio transport drops a line that is not a valid JSON-RPC message (bad JSON, a lone
+surrogate escape such as ``"\\udc00"``, a wrong ``jsonrpc`` field) without replying, so a
+client waits for its answer forever. ``CheckedLines`` sits between stdin and the transport:
+valid lines pass through unchanged; for an invalid one it sends the JSON-RPC error the spec
+asks for (-32700 parse error, -32600 invalid request) with the request's id when it can be
+read, ``null`` otherwise. Notifications (no id) get no reply, as JSON-RPC requires.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import mcp_types as types
+import structlog
+from mcp.shared.message import SessionMessage
+
+log = structlog.get_logger("ferrex.server")
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+
+
+def stdin_lines() -> Any:
+    """UTF-8 lines of a private duplicate of fd 0 (closing it never closes the real stdin)."""
+    raw = os.fdopen(os.dup(0), "rb")
+    return anyio.wrap_file(io.TextIOWrapper(raw, encoding="utf-8", errors="replace"))
+
+
+class CheckedLines:
+    """An async iterable of valid JSON-RPC lines for ``stdio_server(stdin=...)``."""
+
+    def __init__(self, source: Any) -> None:
+        self.source = source
+        self.replies: Any = None
+        self._ready = anyio.Event()
+
+    def attach(self, write_stream: Any) -> None:
+        """The transport's write stream, for error replies (set once it exists)."""
+        self.replies = write_stream
+        self._ready.set()
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._lines()
+
+    async def _lines(self) -> AsyncIterator[str]:
+        async for line in self.source:
+            if not line.strip():
+                continue
+            try:
+                types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+            except Exception:  # any rejection by the SDK's own parser
+                await self._reply_to(line)
+                continue
+            yield line
+
+    async def _reply_to(self, line: str) -> None:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            await self._send(None, PARSE_ERROR, "parse error: the line is not valid JSON")
+            return
+        if not isinstance(message, dict):
+            await self._send(None, INVALID_REQUEST, "invalid request: expected a JSON object")
+            return
+        raw_id = message.get("id")
+        request_id = (
+            raw_id if isinstance(raw_id, int | str) and not isinstance(raw_id, bool) else None
+        )
+        if request_id is None and "method" in message and "id" not in message:
+            log.warning("dropped an invalid notification", method=str(message["method"])[:40])
+            return
+        reason = "not a valid JSON-RPC 2.0 message"
+        try:
+            json.dumps(message, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            reason = (
+                "text must be valid Unicode: lone surrogate escapes such as \\udc00 are not allowed"
+            )
+        await self._send(request_id, INVALID_REQUEST, f"invalid request: {reason}")
+
+    async def _send(self, request_id: int | str | None, code: int, message: str) -> None:
+        await self._ready.wait()
+        reply = types.JSONRPCError(
+            jsonrpc="2.0", id=request_id, error=types.ErrorData(code=code, message=message)
+        )
+        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+            await self.replies.send(SessionMessage(reply))

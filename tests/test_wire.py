@@ -1,0 +1,117 @@
+"""Raw JSON-RPC lines over stdio: every request gets an answer, even one the SDK cannot parse.
+
+The SDK client never sends such lines, so these tests speak the wire protocol by hand to a real
+``ferrex`` subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.conftest import ferrex_command
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "raw-wire-test", "version": "1"},
+    },
+}
+
+
+class Wire:
+    def __init__(self, data_dir: Path, models_dir: Path) -> None:
+        env = {
+            **os.environ,
+            "FERREX_HOME": str(data_dir),
+            "FERREX_MODELS_DIR": str(models_dir),
+            "FERREX_OFFLINE": "1",
+            "FERREX_LOG": "error",
+        }
+        self.process = subprocess.Popen(
+            [ferrex_command(), "--model-tier", "small"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            text=True,
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        assert self.process.stdout is not None
+        stdout = self.process.stdout
+        threading.Thread(target=lambda: [self.lines.put(x) for x in stdout], daemon=True).start()
+
+    def send(self, line: str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(line + "\n")
+        self.process.stdin.flush()
+
+    def receive(self) -> dict[str, Any]:
+        return dict(json.loads(self.lines.get(timeout=60)))
+
+    def close(self) -> int:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        return self.process.wait(timeout=60)
+
+
+@pytest.fixture
+def wire(tmp_path: Path, models_dir: Path) -> Any:
+    connection = Wire(tmp_path / "d", models_dir)
+    connection.send(json.dumps(INITIALIZE))
+    assert connection.receive()["id"] == 1
+    connection.send(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+    yield connection
+    if connection.process.poll() is None:
+        connection.process.kill()
+
+
+BAD_LINES = [
+    # (line, expected id, expected JSON-RPC code)
+    (
+        '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"recall",'
+        '"arguments":{"query":"x\\udc00"}}}',
+        2,
+        -32600,
+    ),
+    ('{"jsonrpc": "2.0", "id": 3, ', None, -32700),
+    ("[1, 2, 3]", None, -32600),
+    ('{"jsonrpc":"1.0","id":"four","method":"tools/list"}', "four", -32600),
+    ("not json at all", None, -32700),
+]
+
+
+def test_every_malformed_request_line_gets_an_error_reply_and_the_server_goes_on(
+    wire: Wire,
+) -> None:
+    for line, request_id, code in BAD_LINES:
+        wire.send(line)
+        reply = wire.receive()
+        assert reply["id"] == request_id, (line, reply)
+        assert reply["error"]["code"] == code, (line, reply)
+        assert "Traceback" not in reply["error"]["message"]
+    # An invalid notification (no id) gets no reply; the next request is answered normally.
+    wire.send('{"jsonrpc":"2.0","method":"notifications/x","params":"\\udc00"}')
+    wire.send(json.dumps({"jsonrpc": "2.0", "id": 9, "method": "tools/list"}))
+    reply = wire.receive()
+    assert reply["id"] == 9 and len(reply["result"]["tools"]) == 5
+    call = {
+        "jsonrpc": "2.0",
+        "id": 10,
+        "method": "tools/call",
+        "params": {"name": "stats", "arguments": {}},
+    }
+    wire.send(json.dumps(call))
+    reply = wire.receive()
+    assert reply["id"] == 10 and reply["result"]["structuredContent"]["total"] == 0
+    assert wire.close() == 0
