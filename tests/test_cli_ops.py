@@ -447,6 +447,7 @@ def test_loose_data_dir_permissions_are_tightened_out_loud(
         ({"type": "dream"}, "type"),
         ({"confidence": 7}, "confidence"),
         ({"id": "x" * 200}, "id"),
+        ({"entity_ids": [99999]}, "entity 99999"),
     ],
 )
 def test_a_bad_export_file_imports_nothing_and_says_which_line(

@@ -339,6 +339,29 @@ def test_supersedes_bypasses_the_similarity_check(clocked: tuple[MemoryService, 
     assert entry["detail"] == {"reason": "explicit"} and entry["other_id"] == new["id"]
 
 
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        (("version", "2.4.1"), ("version_date", "2024-03-01")),
+        (("requires", "postgres"), ("requires_auth", "true")),
+        (("end_time", "17:00"), ("end_date", "2025-06-30")),
+        (("min_version", "1.2"), ("max_version", "2.0")),
+    ],
+)
+def test_a_look_alike_predicate_is_another_relation_not_a_supersede(
+    clocked: tuple[MemoryService, Clock],
+    first: tuple[str, str],
+    second: tuple[str, str],
+) -> None:
+    service, _ = clocked
+    old = service.store(fact("web-app", *first))
+    new = service.store(fact("web-app", *second))
+    assert new["status"] == "stored", new
+    assert new["predicate"]["resolved_by"] in {"new", "synonym"}
+    rows = semantic_rows(service)
+    assert rows[old["id"]].t_invalid is None and rows[new["id"]].t_invalid is None
+
+
 def test_a_backdated_supersede_never_inverts_the_old_interval(
     clocked: tuple[MemoryService, Clock],
 ) -> None:

@@ -223,9 +223,32 @@ def test_sparse_text_dates_episodic_memories_only() -> None:
             self.type = kind
             self.event_time = datetime(2023, 5, 8, 23, 59, tzinfo=UTC)
 
-    assert sparse_text(Fake(MemoryType.EPISODIC), "text") == "8 May 2023 text"  # type: ignore[arg-type]
+    assert sparse_text(Fake(MemoryType.EPISODIC), "text") == "datemay date2023 text"  # type: ignore[arg-type]
     assert sparse_text(Fake(MemoryType.SEMANTIC), "text") == "text"  # type: ignore[arg-type]
     assert sparse_text(Fake(MemoryType.PROCEDURAL), "text") == "text"  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("query", "terms"),
+    [
+        ("what happened in May 2023?", "datemay date2023"),
+        ("where did I go hiking in May?", "datemay"),
+        ("the week before 9 June 2023", "datejune date2023"),
+        ("plans for Sept", ""),  # no context: an abbreviation alone is not a date
+        ("since Sept 2022", "dateseptember date2022"),
+        ("October", "dateoctober"),
+        ("what may cause the outage?", ""),
+        ("this may be wrong", ""),
+        ("upgrade to python 3.9 and node 18", ""),
+        ("Jan said the mar tool is broken", ""),
+        ("released 1899 or 2100?", ""),
+        ("in 2021 and again in 2021", "date2021"),
+    ],
+)
+def test_query_date_terms(query: str, terms: str) -> None:
+    from ferrex.core.date_terms import query_terms
+
+    assert query_terms(query) == terms
 
 
 @pytest.mark.parametrize(
@@ -243,3 +266,22 @@ def test_a_named_month_or_year_finds_the_episode_by_its_date(
     results = service.recall({"query": query, "limit": 3, "include_stale": True})["results"]
     assert results[0]["id"] == stored[expected]["id"]
     assert {r["content"] for r in results} == {c for _, c in DIARY}
+
+
+def test_the_verb_may_does_not_match_may_episodes(make_service: ServiceFactory) -> None:
+    service = make_service(clock=lambda: NOW)
+    stored = service.store_many(
+        [
+            {"content": "lunch with Bob at the noodle bar", "timestamp": "2023-05-08T12:00:00Z"},
+            {
+                "content": "the outage was caused by a full disk",
+                "timestamp": "2023-10-13T12:00:00Z",
+            },
+        ]
+    )
+    query = {"query": "what may cause the outage?", "limit": 2, "include_stale": True}
+    results = service.recall(query)["results"]
+    assert results[0]["id"] == stored[1]["id"]
+    explained = service.recall({**query, "explain": True})["results"]
+    lunch = next(r for r in explained if r["id"] == stored[0]["id"])
+    assert lunch["explain"]["bm25_rank"] is None  # no lexical match at all

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from datetime import UTC, datetime, timedelta
@@ -311,6 +312,35 @@ def test_unreachable_qdrant_exits_even_while_the_client_keeps_stdin_open(
     assert process.stderr is not None and process.stdout is not None
     lines = process.stderr.read().strip().splitlines()
     assert lines[-1] == f"error: cannot connect to Qdrant at {url} — is it running?"
+    assert process.stdout.read() == ""
+
+
+def test_a_store_that_cannot_open_exits_even_while_the_client_keeps_stdin_open(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    """Not a refusal the agent can act on (a corrupt database): say why on stderr and exit,
+    rather than leave the client talking to a server that will never answer."""
+    data = tmp_path / "d"
+    data.mkdir(mode=0o700)
+    (data / "ferrex.db").write_bytes(os.urandom(8192))
+    process = subprocess.Popen(
+        [ferrex_command(), "--model-tier", "small", "--data-dir", str(data)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "FERREX_MODELS_DIR": str(models_dir), "FERREX_OFFLINE": "1"},
+        text=True,
+    )
+    try:
+        assert process.wait(timeout=60) == 2
+    finally:
+        if process.poll() is None:
+            process.kill()
+        assert process.stdin is not None
+        process.stdin.close()
+    assert process.stderr is not None and process.stdout is not None
+    errors = [line for line in process.stderr.read().splitlines() if line.startswith("error: ")]
+    assert errors == ["error: file is not a database"]
     assert process.stdout.read() == ""
 
 

@@ -88,6 +88,9 @@ BAD_LINES = [
     ("[1, 2, 3]", None, -32600),
     ('{"jsonrpc":"1.0","id":"four","method":"tools/list"}', "four", -32600),
     ("not json at all", None, -32700),
+    ('{"jsonrpc":"2.0","id":null,"method":"tools/list"}', None, -32600),
+    ('{"jsonrpc":"2.0","id":9.5,"method":"tools/list"}', None, -32600),
+    ('{"jsonrpc":"2.0","id":true,"method":"tools/list"}', None, -32600),
 ]
 
 

@@ -23,6 +23,8 @@ from ferrex import __version__
 from ferrex.config import ConfigError, Settings, load_settings
 from ferrex.logs import configure
 
+IMPORT_BATCH = 500  # memories per import call (each call is one engine request)
+
 _TIERS = ["small", "mid", "best", "best-large", "multilingual"]
 _RERANKERS = ["default", "multilingual", "v2-m3", "v2-m3-int8", "turbo", "tiny", "ms-marco"]
 
@@ -121,6 +123,13 @@ def build_parser() -> argparse.ArgumentParser:
         "import", parents=[common], help="restore memories from an export file"
     )
     importer.add_argument("file", metavar="FILE", help="export file (JSON lines); '-' for stdin")
+    importer.add_argument(
+        "--batch",
+        type=int,
+        default=IMPORT_BATCH,
+        metavar="N",
+        help=f"memories per batch (default {IMPORT_BATCH})",
+    )
     return parser
 
 
@@ -185,7 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "export":
         return _export(settings, explicit_tier, args.output, getattr(args, "namespace", None))
     if command == "import":
-        return _import(settings, explicit_tier, args.file)
+        return _import(settings, explicit_tier, args.file, args.batch)
     parser.error(f"unknown command {command}")
     return 2
 
@@ -395,11 +404,8 @@ def _export(
     return 0
 
 
-IMPORT_BATCH = 500
-
-
 def _import_batches(
-    settings: Settings, explicit_tier: bool, records: list[dict[str, Any]]
+    settings: Settings, explicit_tier: bool, records: list[dict[str, Any]], size: int
 ) -> dict[str, Any]:
     """Import in batches of memories with a progress bar. Each batch carries the header and
     the entities (importing an entity twice finds the first one), the audit rows go last."""
@@ -411,10 +417,10 @@ def _import_batches(
 
     async def work(backend: Any) -> dict[str, Any]:
         total: dict[str, Any] = {"imported": 0, "duplicates": [], "entities": len(entities)}
-        starts = range(0, max(1, len(memories)), IMPORT_BATCH)
+        starts = range(0, max(1, len(memories)), size)
         show(0, len(memories))
         for number, start in enumerate(starts):
-            batch = memories[start : start + IMPORT_BATCH]
+            batch = memories[start : start + size]
             last = number == len(starts) - 1
             payload = header + entities + batch + (audit if last else [])
             result = await backend.call("import", {"records": payload})
@@ -443,7 +449,7 @@ def _read_records(path: str) -> Iterable[dict[str, Any]]:
             handle.close()
 
 
-def _import(settings: Settings, explicit_tier: bool, path: str) -> int:
+def _import(settings: Settings, explicit_tier: bool, path: str, batch: int) -> int:
     if path != "-" and not os.path.exists(path):
         print(f"error: no such file: {path}", file=sys.stderr)
         return 2
@@ -456,7 +462,10 @@ def _import(settings: Settings, explicit_tier: bool, path: str) -> int:
     except FerrexError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 2
-    result = _import_batches(settings, explicit_tier, records)
+    if batch < 1:
+        print("error: --batch must be at least 1", file=sys.stderr)
+        return 2
+    result = _import_batches(settings, explicit_tier, records, batch)
     print(
         f"imported {result['imported']} memories; {len(result['duplicates'])} already present "
         f"(kept as they were); {result['entities']} entities",

@@ -43,6 +43,19 @@ class HeaderRecord(_Record):
     version: int = Field(ge=1, le=EXPORT_VERSION)
 
 
+class AliasRecord(_Record):
+    alias: Annotated[str, Field(min_length=1, max_length=1000)]
+    method: Annotated[str, Field(min_length=1, max_length=32)]
+    score: float = Field(ge=0.0, le=1.0)
+    created_at: Timestamp
+
+
+class CandidateRecord(_Record):
+    name: Annotated[str, Field(min_length=1, max_length=1000)]
+    score: float = Field(ge=-1.0, le=1.0)
+    created_at: Timestamp
+
+
 class EntityRecord(_Record):
     kind: Literal["entity"]
     id: int
@@ -52,8 +65,8 @@ class EntityRecord(_Record):
     entity_type: str | None = None
     created_at: Timestamp
     updated_at: Timestamp
-    aliases: list[dict[str, Any]] = []
-    alias_candidates: list[dict[str, Any]] = []
+    aliases: list[AliasRecord] = []
+    alias_candidates: list[CandidateRecord] = []
 
 
 class MemoryRecord(_Record):
@@ -111,6 +124,7 @@ _MODELS: dict[str, type[_Record]] = {
 def check_records(records: Sequence[Any]) -> None:
     """Raise one clear ``invalid_params`` error naming the first bad line; return when every
     line is a valid record and the first one is the header."""
+    entities: set[int] = set()
     for number, record in enumerate(records, start=1):
         if not isinstance(record, dict):
             _bad(number, "not a JSON object")
@@ -124,7 +138,7 @@ def check_records(records: Sequence[Any]) -> None:
         if model is None:
             _bad(number, "unknown record kind (expected header, entity, memory or audit)")
         try:
-            model.model_validate(record)
+            parsed = model.model_validate(record)
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(part) for part in first["loc"]) or "record"
@@ -134,6 +148,14 @@ def check_records(records: Sequence[Any]) -> None:
                     "not a ferrex export file (or from a newer ferrex); nothing was imported",
                 ) from None
             _bad(number, f"{where}: {first['msg']}")
+        if isinstance(parsed, EntityRecord):
+            entities.add(parsed.id)
+        elif isinstance(parsed, MemoryRecord):
+            unknown = [e for e in parsed.entity_ids if e not in entities]
+            if parsed.subject_entity_id is not None and parsed.subject_entity_id not in entities:
+                unknown.append(parsed.subject_entity_id)
+            if unknown:
+                _bad(number, f"entity {unknown[0]} is not an entity record earlier in the file")
 
 
 def _bad(number: int, reason: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ferrex.core.clock import to_iso
+from ferrex.core.date_terms import document_terms
 from ferrex.core.memory import Memory, MemoryType
 
 KEYWORD_FIELDS: tuple[str, ...] = ("memory_id", "namespace", "type", "entities", "model")
@@ -24,23 +25,13 @@ def memory_time(memory: Memory) -> Any:
     return memory.event_time
 
 
-_MONTHS = ("January", "February", "March", "April", "May", "June", "July")
-_MONTHS += ("August", "September", "October", "November", "December")
-
-
 def sparse_text(memory: Memory, chunk_text: str) -> str:
-    """The BM25 document of one chunk of ``memory``.
-
-    An episodic memory's event date is indexed as words before its text ("8 May 2023 ...") so
-    a query that names a month, a year or a day ("what happened in May 2023?") matches it
-    lexically. Only the sparse channel sees these words: the content, the dense vector and
-    the token budget are unchanged. Facts and procedures are indexed as written (their time is
-    validity, not an event). English month names, independent of the process locale.
-    """
+    """The BM25 document of one chunk of ``memory``: an episodic memory's text follows its
+    reserved date terms ("datemay date2023 ...", see ``core/date_terms.py``); facts and
+    procedures are indexed as written (their time is validity, not an event)."""
     if memory.type is not MemoryType.EPISODIC:
         return chunk_text
-    when = memory.event_time
-    return f"{when.day} {_MONTHS[when.month - 1]} {when.year} {chunk_text}"
+    return f"{document_terms(memory.event_time)} {chunk_text}"
 
 
 def build_payload(

@@ -15,9 +15,11 @@ when the names differ by something that carries meaning:
 - a compound ("java" / "javascript", "type" / "typescript"): one word is the start of the
   other and the rest is a word of its own (4 letters or more), not an inflection ("-ql", "-s",
   "-js", "-db");
-- for predicates only, an extra short word ("license" / "licensed_to", "created" /
-  "created_by"): a predicate's small words carry the relation. Entity names may add a
-  qualifier word ("tokio" / "tokio runtime" is still tokio).
+- for predicates only, any word more or less ("license" / "licensed_to", "version" /
+  "version_date", "requires" / "requires_auth"): a stored predicate is one squashed word
+  ("dependson"), so it must split into spelling variants of the other's words, in order
+  ("endtime" does not split into [end, date]). Entity names may add a qualifier word
+  ("tokio" / "tokio runtime" is still tokio).
 
 What stays a fuzzy match: spelling variants ("depend_on" / "depends_on", "deploys_to" /
 "deployedto", "postgres" / "postgresql"), and pairs that differ by one letter of a long word
@@ -31,9 +33,9 @@ import re
 from rapidfuzz.distance import JaroWinkler
 
 _DIGITS = re.compile(r"\d+")
-_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
+_RUNS = re.compile(r"[^\W\d_]+|\d+")  # letter runs (any script) and digit runs
+_CAMEL = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+")
 COMPOUND_MIN_EXTRA = 4
-SHORT_WORD = 3
 
 
 def numbers_differ(a: str, b: str) -> bool:
@@ -44,9 +46,14 @@ def numbers_differ(a: str, b: str) -> bool:
 def words(name: str) -> list[str]:
     """Lower-case words of a name: separators, camelCase and digit runs split it.
 
-    "service-a" -> [service, a]; "licensedTo" -> [licensed, to]; "JavaScript" -> [java, script].
+    "service-a" -> [service, a]; "licensedTo" -> [licensed, to]; "JavaScript" -> [java, script];
+    "сервис-б" -> [сервис, б].
     """
-    return [w.lower() for w in _WORDS.findall(name)]
+    out: list[str] = []
+    for run in _RUNS.findall(name):
+        parts = _CAMEL.findall(run) if run.isascii() and run.isalpha() else []
+        out.extend(p.lower() for p in parts) if parts else out.append(run.lower())
+    return out
 
 
 def _compound(a: str, b: str) -> bool:
@@ -54,14 +61,23 @@ def _compound(a: str, b: str) -> bool:
     return long.startswith(short) and len(long) - len(short) >= COMPOUND_MIN_EXTRA
 
 
-def _placed(word: str, single: str, position: int, count: int) -> bool:
-    """Whether ``word`` (the position-th of count words) occurs where it belongs in ``single``:
-    a first word at its start, a last word at its end, a middle word anywhere."""
-    if position == 0:
-        return single.startswith(word)
-    if position == count - 1:
-        return single.endswith(word)
-    return word in single
+def _splits_into(single: str, several: list[str], threshold: float) -> bool:
+    """Whether ``single`` is the concatenation of spelling variants of ``several``, in order
+    ("deployedto" = deployed + to ~ [deploys, to]; "endtime" is not [end, date])."""
+
+    def rest_matches(position: int, index: int) -> bool:
+        word = several[index]
+        if index == len(several) - 1:
+            return _variant(single[position:], word, threshold)
+        for length in (len(word), len(word) + 1, len(word) - 1, len(word) + 2, len(word) - 2):
+            end = position + length
+            if length <= 0 or end >= len(single):
+                continue
+            if _variant(single[position:end], word, threshold) and rest_matches(end, index + 1):
+                return True
+        return False
+
+    return rest_matches(0, 0)
 
 
 def _variant(a: str, b: str, threshold: float) -> bool:
@@ -86,9 +102,7 @@ def distinct_entity_names(a: str, b: str, threshold: float) -> bool:
 
 def distinct_predicates(a: str, b: str, threshold: float) -> bool:
     """True when predicates ``a`` and ``b`` mean different relations although Jaro-Winkler may
-    rate them alike. Stored predicates are often normalised to one word ("dependson"); a word
-    written separately on the other side ("depends_on") must then occur in it, for the short
-    function words that carry the relation ("on", "to", "by", "at", "min", "max")."""
+    rate them alike: a word swapped for another, or a word more or less (module docstring)."""
     if numbers_differ(a, b):
         return True
     wa, wb = words(a), words(b)
@@ -97,11 +111,10 @@ def distinct_predicates(a: str, b: str, threshold: float) -> bool:
     if len(wa) == len(wb):
         return any(not _variant(x, y, threshold) for x, y in zip(wa, wb, strict=True))
     if len(wa) == 1 or len(wb) == 1:
+        # A stored predicate is often one squashed word ("dependson", "endtime"): it must split
+        # into consecutive spelling variants of the other side's words, in order.
         single, several = (wa[0], wb) if len(wa) == 1 else (wb[0], wa)
-        return any(
-            len(w) <= SHORT_WORD and not _placed(w, single, i, len(several))
-            for i, w in enumerate(several)
-        )
+        return not _splits_into(single, several, threshold)
     # Both have several words, in different numbers: each word needs a variant on the other side.
     return any(not any(_variant(x, y, threshold) for y in wb) for x in wa) or any(
         not any(_variant(y, x, threshold) for x in wa) for y in wb

@@ -4,9 +4,9 @@
    "dependson").
 2. Synonym map: canonical families (depends_on, built_with, version, owned_by), extensible and
    overridable per namespace.
-3. Fuzzy: Jaro-Winkler > 0.85 against the existing predicates of the same subject, then against
-   the synonym table ("depend_on" -> depends_on), with the guards of ``core/names.py``
-   ("min_version" is not "max_version", "licensed_to" is not "license").
+3. Fuzzy: Jaro-Winkler > 0.85 against the existing predicates of the same subject, with the
+   guards of ``core/names.py`` ("min_version" is not "max_version", "licensed_to" is not
+   "license", "end_date" is not "endtime").
 Unrecognised predicates pass through as themselves.
 """
 
@@ -68,8 +68,6 @@ class PredicateNormalizer:
         if normalized in existing:
             return PredicateResolution(predicate, normalized, normalized, "exact", 1.0, normalized)
         found = self._fuzzy(predicate, normalized, {c: c for c in existing})
-        if found is None:
-            found = self._fuzzy(predicate, normalized, self._table)
         if found is not None:
             score, canonical = found
             return PredicateResolution(predicate, normalized, canonical, "fuzzy", score, canonical)

@@ -11,6 +11,7 @@ from ferrex.core import conflict as conflicts
 from ferrex.core import errors
 from ferrex.core.cache import CachedRecall, embedding_hash
 from ferrex.core.clock import to_iso
+from ferrex.core.date_terms import query_terms
 from ferrex.core.errors import FerrexError
 from ferrex.core.memory import Memory, MemoryType
 from ferrex.core.ports import (
@@ -206,7 +207,8 @@ class RecallMixin(ServiceState):
     ) -> CachedRecall:
         """Candidates in fused order: both channels from one engine call, fused by RRF (k=60)."""
         cfg = self.settings.retrieval
-        sparse = self.sparse.encode_query(query)
+        # Months and years the query names match episodes' reserved date terms (date_terms.py).
+        sparse = self.sparse.encode_query(f"{query} {query_terms(query)}".rstrip())
         dense_hits: list[IndexHit] = []
         bm25_hits: list[IndexHit] = []
         if cfg.mode == "hybrid":

@@ -34,6 +34,14 @@ def stdin_lines() -> Any:
     return anyio.wrap_file(io.TextIOWrapper(raw, encoding="utf-8", errors="replace"))
 
 
+def _has_id(line: str) -> bool:
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(message, dict) and "id" in message
+
+
 class CheckedLines:
     """An async iterable of valid JSON-RPC lines for ``stdio_server(stdin=...)``."""
 
@@ -55,9 +63,16 @@ class CheckedLines:
             if not line.strip():
                 continue
             try:
-                types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+                message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
             except Exception:  # any rejection by the SDK's own parser
                 await self._reply_to(line)
+                continue
+            if isinstance(message, types.JSONRPCNotification) and _has_id(line):
+                # An id the SDK cannot use (null, 9.5, true, [1]) turns a request into a
+                # "notification" it never answers: answer it here.
+                await self._send(
+                    None, INVALID_REQUEST, "invalid request: id must be a string or an integer"
+                )
                 continue
             yield line
 
