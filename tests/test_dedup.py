@@ -208,3 +208,36 @@ def test_a_rejected_bulk_item_leaves_no_entity_behind(make_service: ServiceFacto
     assert results[1]["error"]["existing_id"] == first["id"]
     names = {row["name"] for row in service.meta.entities_of_namespace("default")}
     assert "payroll" in names and "brand new entity" not in names
+
+
+RECURRING = "nightly backup of the invoices database completed without errors"
+
+
+def test_a_recurring_event_dated_on_another_day_is_not_a_duplicate(
+    service: MemoryService,
+) -> None:
+    monday = service.store({"content": RECURRING, "timestamp": "2026-04-06T02:00:00Z"})
+    tuesday = service.store({"content": RECURRING, "timestamp": "2026-04-07T02:00:00Z"})
+    assert tuesday["status"] == "stored" and tuesday["id"] != monday["id"]
+    # The same day again is the same event: a duplicate.
+    with pytest.raises(FerrexError) as again:
+        service.store({"content": RECURRING, "timestamp": "2026-04-07T02:30:00Z"})
+    assert again.value.code == "duplicate" and again.value.details["existing_id"] == tuesday["id"]
+    # Without a timestamp it is a re-store of what is known, whatever day it is now.
+    with pytest.raises(FerrexError) as restore:
+        service.store({"content": RECURRING})
+    assert restore.value.code == "duplicate"
+
+
+def test_recurring_events_in_one_batch_are_kept_apart_by_their_dates(
+    service: MemoryService,
+) -> None:
+    stored = service.store_many(
+        [
+            {"content": RECURRING, "timestamp": "2026-04-06T02:00:00Z"},
+            {"content": RECURRING, "timestamp": "2026-04-07T02:00:00Z"},
+            {"content": RECURRING, "timestamp": "2026-04-07T03:00:00Z"},
+        ]
+    )
+    assert [s.get("status") for s in stored[:2]] == ["stored", "stored"]
+    assert stored[2]["error"]["code"] == "duplicate"

@@ -286,6 +286,30 @@ async def test_a_refused_model_answers_every_tool_call_with_the_reason(
         assert stats["total"] == 1
 
 
+def run_with_stdin_open(
+    args: list[str], timeout: float, env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
+    """Start ferrex the way an MCP client does (stdin kept open, never closed by us) and wait
+    for it to exit on its own: (exit status, stdout, stderr)."""
+    process = subprocess.Popen(
+        [ferrex_command(), *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
+    try:
+        status = process.wait(timeout=timeout)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        assert process.stdin is not None
+        process.stdin.close()
+    assert process.stdout is not None and process.stderr is not None
+    return status, process.stdout.read(), process.stderr.read()
+
+
 def test_unreachable_qdrant_exits_even_while_the_client_keeps_stdin_open(
     tmp_path: Path,
 ) -> None:
@@ -295,24 +319,14 @@ def test_unreachable_qdrant_exits_even_while_the_client_keeps_stdin_open(
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
-    process = subprocess.Popen(
-        [ferrex_command(), "--qdrant-url", url, "--data-dir", str(tmp_path / "d")],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    status, out, err = run_with_stdin_open(
+        ["--qdrant-url", url, "--data-dir", str(tmp_path / "d")], timeout=30
     )
-    try:
-        assert process.wait(timeout=30) == 2
-    finally:
-        if process.poll() is None:
-            process.kill()
-        assert process.stdin is not None
-        process.stdin.close()
-    assert process.stderr is not None and process.stdout is not None
-    lines = process.stderr.read().strip().splitlines()
-    assert lines[-1] == f"error: cannot connect to Qdrant at {url} — is it running?"
-    assert process.stdout.read() == ""
+    assert status == 2
+    assert (
+        err.strip().splitlines()[-1] == f"error: cannot connect to Qdrant at {url} — is it running?"
+    )
+    assert out == ""
 
 
 def test_a_store_that_cannot_open_exits_even_while_the_client_keeps_stdin_open(
@@ -323,25 +337,15 @@ def test_a_store_that_cannot_open_exits_even_while_the_client_keeps_stdin_open(
     data = tmp_path / "d"
     data.mkdir(mode=0o700)
     (data / "ferrex.db").write_bytes(os.urandom(8192))
-    process = subprocess.Popen(
-        [ferrex_command(), "--model-tier", "small", "--data-dir", str(data)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env={**os.environ, "FERREX_MODELS_DIR": str(models_dir), "FERREX_OFFLINE": "1"},
-        text=True,
+    env = {**os.environ, "FERREX_MODELS_DIR": str(models_dir), "FERREX_OFFLINE": "1"}
+    status, out, err = run_with_stdin_open(
+        ["--model-tier", "small", "--data-dir", str(data)], timeout=60, env=env
     )
-    try:
-        assert process.wait(timeout=60) == 2
-    finally:
-        if process.poll() is None:
-            process.kill()
-        assert process.stdin is not None
-        process.stdin.close()
-    assert process.stderr is not None and process.stdout is not None
-    errors = [line for line in process.stderr.read().splitlines() if line.startswith("error: ")]
-    assert errors == ["error: file is not a database"]
-    assert process.stdout.read() == ""
+    assert status == 2
+    assert [line for line in err.splitlines() if line.startswith("error: ")] == [
+        "error: file is not a database"
+    ]
+    assert out == ""
 
 
 def test_closed_qdrant_port_fails_fast_with_exact_message(tmp_path: Path) -> None:

@@ -184,6 +184,40 @@ def test_recall_never_makes_an_aging_memory_fresh_again(kind: str, age: int) -> 
     assert level(memory(kind, age=age, validated=0)) == "fresh"
 
 
+@pytest.mark.parametrize(
+    ("days", "expected"),
+    [(0, 0.9), (90, 0.9 / 2**0.5), (180, 0.45), (360, 0.225)],
+)
+def test_fact_confidence_halves_by_the_stale_threshold_without_validation(
+    days: float, expected: float
+) -> None:
+    from dataclasses import replace as with_fields
+
+    from ferrex.core.staleness import effective_confidence
+
+    fact = with_fields(memory("semantic", age=days, created=days), confidence=0.9)
+    assert effective_confidence(fact, NOW, DEFAULTS) == pytest.approx(expected)
+    # Validation restarts the clock; retrieval does not.
+    confirmed = with_fields(fact, last_validated=NOW)
+    assert effective_confidence(confirmed, NOW, DEFAULTS) == pytest.approx(0.9)
+    popular = with_fields(fact, last_accessed=NOW, access_count=500)
+    assert effective_confidence(popular, NOW, DEFAULTS) == pytest.approx(expected)
+
+
+def test_confidence_decays_slower_where_a_namespace_keeps_facts_longer() -> None:
+    from dataclasses import replace as with_fields
+
+    from ferrex.core.staleness import effective_confidence
+
+    config = StalenessConfig.model_validate(
+        {"namespaces": {"reference": {"semantic": {"fresh": 365, "aging": 730, "stale": 730}}}}
+    )
+    fact = with_fields(memory("semantic", age=730, created=730, namespace="reference"))
+    assert effective_confidence(fact, NOW, config) == pytest.approx(0.5)
+    episode = memory("episodic", age=730)
+    assert effective_confidence(episode, NOW, config) == episode.confidence
+
+
 def test_more_and_more_recent_access_each_lower_the_score() -> None:
     base = staleness_score(memory("episodic", age=60), NOW, DEFAULTS.weights)
     counted = staleness_score(memory("episodic", age=60, count=20), NOW, DEFAULTS.weights)

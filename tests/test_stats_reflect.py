@@ -385,3 +385,31 @@ def test_reflect_lists_inactive_entities(make_service: ServiceFactory) -> None:
     )
     inactive = service.reflect({})["inactive_entities"]
     assert [(e["name"], e["memories"]) for e in inactive] == [("jenkins", 1)]
+
+
+def test_reflect_and_recall_show_a_facts_decaying_confidence(
+    make_service: ServiceFactory, clock: MovableClock
+) -> None:
+    """Layer 5: a fact nobody confirms loses confidence (halved by the 180-day stale mark);
+    reflect lists it once below 0.5 with the reason, recall shows the current value, and a
+    confirmation restores it."""
+    service = make_service(clock=clock)
+    fact = service.store(
+        {"subject": "billing-db", "predicate": "runs", "object": "postgres 15", "confidence": 0.9}
+    )["id"]
+    clock.advance(120)
+    [early] = service.recall({"query": "what does billing-db run", "limit": 1})["results"]
+    assert early["confidence"] == 0.9
+    assert early["effective_confidence"] == round(0.9 * 2 ** (-120 / 180), 3)  # 0.567
+    assert not any(
+        "confidence" in r for i in service.reflect({})["needs_review"] for r in i["reasons"]
+    )
+    clock.advance(80)  # 200 days without validation
+    [item] = [i for i in service.reflect({})["needs_review"] if i["id"] == fact]
+    assert item["effective_confidence"] == round(0.9 * 2 ** (-200 / 180), 3)  # 0.416
+    assert "confidence decayed from 0.90 to 0.42 (200 days without validation)" in item["reasons"]
+    service.reflect({"confirm_ids": [fact]})
+    answer = service.recall(
+        {"query": "what does billing-db run", "limit": 1, "include_stale": True}
+    )
+    assert answer["results"][0]["effective_confidence"] == 0.9

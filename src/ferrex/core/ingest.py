@@ -425,6 +425,7 @@ class IngestMixin(ServiceState):
             )
             if hit.memory_id not in exclude
         ]
+        days: dict[str, Any] = {}
         for other, other_vector in batch_vectors:
             if (
                 other.memory.namespace == memory.namespace
@@ -433,6 +434,14 @@ class IngestMixin(ServiceState):
             ):
                 score = float(np.dot(vector, other_vector))
                 hits.append(IndexHit(point_id="", memory_id=other.memory.id, score=score))
+                days[other.memory.id] = other.memory.event_time.date()
+        if memory.type is MemoryType.EPISODIC and item.request.timestamp is not None:
+            # A recurring event ("nightly backup completed") dated by the agent on another day
+            # is another event, not a duplicate; without a timestamp it is a re-store.
+            close = [h.memory_id for h in hits if h.memory_id not in days]
+            days.update({k: m.event_time.date() for k, m in self.meta.get_memories(close).items()})
+            day = memory.event_time.date()
+            hits = [h for h in hits if days.get(h.memory_id) == day]
         duplicate = find_duplicate(hits, self.settings.dedup.threshold)
         if duplicate is not None:
             raise FerrexError(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from ferrex.core import conflict as conflicts
@@ -31,7 +32,7 @@ from ferrex.core.retrieval import (
     order_candidates,
     recency_boost,
 )
-from ferrex.core.staleness import STALE, Freshness, age_days, assess
+from ferrex.core.staleness import STALE, Freshness, age_days, assess, effective_confidence
 from ferrex.core.state import ServiceState
 
 
@@ -157,7 +158,7 @@ class RecallMixin(ServiceState):
             truncated = len(selected) - keep
             selected = selected[:keep]
         results = [
-            self._result(rows[c.memory_id], c, freshness[c.memory_id], request.explain)
+            self._result(rows[c.memory_id], c, freshness[c.memory_id], request.explain, now)
             for c in selected
         ]
         self._flag_contradictions(namespace, [rows[c.memory_id] for c in selected], results)
@@ -265,12 +266,20 @@ class RecallMixin(ServiceState):
         return sum(1 for c in everything[:limit] if c.memory_id in stale_ids)
 
     def _result(
-        self, memory: Memory, candidate: Candidate, fresh: Freshness, explain: bool
+        self,
+        memory: Memory,
+        candidate: Candidate,
+        fresh: Freshness,
+        explain: bool,
+        now: datetime,
     ) -> dict[str, Any]:
         item: dict[str, Any] = {"id": memory.id, "type": memory.type.value}
         if memory.type is MemoryType.SEMANTIC:
             item.update(subject=memory.subject, predicate=memory.predicate, object=memory.object)
             item["confidence"] = memory.confidence
+            item["effective_confidence"] = round(
+                effective_confidence(memory, now, self.settings.staleness), 3
+            )
             item["t_valid"] = to_iso(memory.t_valid) if memory.t_valid else None
             if memory.t_invalid is not None:
                 item["t_invalid"] = to_iso(memory.t_invalid)

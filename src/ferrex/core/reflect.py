@@ -17,10 +17,12 @@ from ferrex.core.memory import MemoryType
 from ferrex.core.requests import ReflectRequest
 from ferrex.core.staleness import (
     AGING,
+    CONFIDENCE_REVIEW_BELOW,
     STALE,
     age_days,
     assess,
     days_since_validation,
+    effective_confidence,
     needs_validation,
 )
 
@@ -97,8 +99,14 @@ def reflect(service: MemoryService, request: ReflectRequest) -> dict[str, Any]:
                     reasons.append("never validated")
                 else:
                     reasons.append(f"last validated {since:.0f} days ago")
+            confidence = effective_confidence(memory, now, service.settings.staleness)
+            if confidence < min(CONFIDENCE_REVIEW_BELOW, memory.confidence):
+                reasons.append(
+                    f"confidence decayed from {memory.confidence:.2f} to {confidence:.2f} "
+                    f"({since:.0f} days without validation)"
+                )
             if reasons:
-                review.append((fresh.score, memory, fresh, reasons, since))
+                review.append((fresh.score, memory, fresh, reasons, since, confidence))
         review.sort(key=lambda r: (-r[0], r[1].id))
         out["needs_review"] = [
             {
@@ -108,9 +116,14 @@ def reflect(service: MemoryService, request: ReflectRequest) -> dict[str, Any]:
                 "staleness": f.staleness,
                 "age_days": f.age_days,
                 "days_since_validation": int(since),
+                **(
+                    {"effective_confidence": round(confidence, 3)}
+                    if m.type is MemoryType.SEMANTIC
+                    else {}
+                ),
                 "reasons": reasons,
             }
-            for _, m, f, reasons, since in review[:limit]
+            for _, m, f, reasons, since, confidence in review[:limit]
         ]
         out["needs_review_total"] = len(review)
 

@@ -79,6 +79,23 @@ def base_score(memory: Memory, now: datetime, weights: StalenessWeights) -> floa
     return base
 
 
+CONFIDENCE_REVIEW_BELOW = 0.5
+
+
+def effective_confidence(memory: Memory, now: datetime, config: StalenessConfig) -> float:
+    """A fact's confidence decayed by the time since it was last validated (Layer 5: "facts
+    with decaying confidence scores"): ``confidence x 2^(-days / H)`` with H the namespace's
+    semantic ``stale`` threshold, so an unconfirmed fact's confidence halves by the time it
+    goes stale (0.9 -> 0.45 at 180 days by default; slower where a namespace keeps facts longer).
+    Other types keep their stored confidence."""
+    if memory.type is not MemoryType.SEMANTIC:
+        return memory.confidence
+    half_life = config.thresholds(memory.namespace, "semantic").stale
+    if half_life <= 0:
+        return memory.confidence
+    return memory.confidence * 2.0 ** (-days_since_validation(memory, now) / half_life)
+
+
 def needs_validation(memory: Memory, now: datetime, config: StalenessConfig) -> bool:
     """A current memory nobody has confirmed within its type's fresh window (Layer 5).
 

@@ -368,6 +368,7 @@ STATS_OUTPUT: dict[str, Any] = {
         "conflicts": {"type": "integer"},
         "entities": {"type": "integer"},
         "storage_mb": {"type": "number"},
+        "disk_mb": {"type": "number"},
     },
     "required": ["total", "recent", "needs_attention"],
 }
