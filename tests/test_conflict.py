@@ -300,6 +300,24 @@ def test_superseded_fact_is_history_not_current(clocked: tuple[MemoryService, Cl
     assert by_id[new["id"]]["freshness"]["staleness"] == "fresh"
 
 
+def test_an_older_value_added_later_ends_where_the_next_known_value_began(
+    clocked: tuple[MemoryService, Clock],
+) -> None:
+    """v2 (Feb) superseded by v3 (Apr); then v1 (Jan) arrives as history. It must end in Feb,
+    where v2 began, not in Apr: as_of in March sees v2 alone."""
+    service, _ = clocked
+    query = "api-server runtime"
+    v2 = service.store(fact("api-server", "runtime", "node 18", t_valid=iso(FEB)))
+    v3 = service.store(fact("api-server", "runtime", "node 20", t_valid=iso(APR)))
+    v1 = service.store(fact("api-server", "runtime", "node 16", t_valid=iso(JAN)))
+    assert v1["status"] == "historical" and v1["superseded_by"] == v2["id"]
+    rows = semantic_rows(service)
+    assert rows[v1["id"]].t_invalid == FEB
+    assert recall_ids(service, query=query, as_of=iso(JAN + timedelta(days=1))) == {v1["id"]}
+    assert recall_ids(service, query=query, as_of=iso(MAR)) == {v2["id"]}
+    assert recall_ids(service, query=query, as_of=iso(T0)) == {v3["id"]}
+
+
 def test_as_of_returns_what_was_valid_then(clocked: tuple[MemoryService, Clock]) -> None:
     service, _ = clocked
     old = service.store(fact("api-server", "uses", "tokio 1.36", t_valid=iso(JAN)))
@@ -360,6 +378,23 @@ def test_a_look_alike_predicate_is_another_relation_not_a_supersede(
     assert new["predicate"]["resolved_by"] in {"new", "synonym"}
     rows = semantic_rows(service)
     assert rows[old["id"]].t_invalid is None and rows[new["id"]].t_invalid is None
+
+
+def test_the_same_relation_worded_differently_supersedes_instead_of_duplicating(
+    clocked: tuple[MemoryService, Clock],
+) -> None:
+    """ "db version" and "database version" resolve to different predicates, but for one subject
+    a triple that close is the same relation: the new value supersedes the old one."""
+    service, clock = clocked
+    old = service.store(fact("billing-api", "database version", "PostgreSQL 14"))
+    clock.now = T0 + timedelta(days=1)
+    new = service.store(fact("billing-api", "db version", "PostgreSQL 16"))
+    assert new["status"] == "superseded", new
+    assert new["superseded"] == [old["id"]]
+    assert new["predicate"] == {"canonical": "databaseversion", "resolved_by": "embedding"}
+    # The same value again is the known fact, confirmed rather than stored twice.
+    again = service.store(fact("billing-api", "db version", "PostgreSQL 16"))
+    assert again["status"] == "duplicate" and again["duplicate_of"] == new["id"]
 
 
 def test_a_backdated_supersede_never_inverts_the_old_interval(
@@ -527,19 +562,28 @@ def test_lower_confidence_fact_is_a_flagged_contradiction(
     assert entry["detail"] == {"contradicts": [strong["id"]]}
 
 
-def test_contradiction_flag_names_facts_outside_the_result_page(
+def test_both_sides_of_a_contradiction_are_returned_even_past_the_limit(
     clocked: tuple[MemoryService, Clock],
 ) -> None:
+    """Spec Layer 4: "both are returned with a contradiction: true flag"."""
     service, _ = clocked
     strong = service.store(fact("api-server", "uses", "tokio 1.38", confidence=0.95))
     weak = service.store(fact("api-server", "uses", "tokio 1.40", confidence=0.5))
     service.store({"content": "unrelated note about the office coffee machine"})
-    results = service.recall({"query": "api-server tokio", "limit": 1, "types": ["semantic"]})[
-        "results"
-    ]
-    [only] = results
-    other = weak["id"] if only["id"] == strong["id"] else strong["id"]
-    assert only["contradiction"] is True and only["contradicts"] == [other]
+    answer = service.recall({"query": "api-server tokio", "limit": 1, "types": ["semantic"]})
+    first, second = answer["results"]
+    other = weak["id"] if first["id"] == strong["id"] else strong["id"]
+    assert first["contradiction"] is True and first["contradicts"] == [other]
+    assert second["id"] == other and second["included_as"] == "contradiction"
+    assert second["contradiction"] is True and second["contradicts"] == [first["id"]]
+    assert second["content"] == f"api-server uses {second['object']}"
+    assert answer["count"] == 2
+    # Under a token budget the page stays as cut; the flag still names the other fact.
+    budgeted = service.recall(
+        {"query": "api-server tokio", "limit": 1, "types": ["semantic"], "max_tokens": 500}
+    )
+    [only] = budgeted["results"]
+    assert only["contradicts"] == [other]
 
 
 def test_resolving_a_contradiction_with_supersedes_clears_the_flag(

@@ -84,11 +84,11 @@ def test_pinned_memories_and_facts_and_procedures_do_not_decay() -> None:
 
 
 def test_configured_half_life_shows_in_reflect(make_service: ServiceFactory) -> None:
-    service = make_service(clock=lambda: NOW, lifecycle={"episodic_half_life_days": 10})
+    service = make_service(clock=lambda: NOW, lifecycle={"episodic_half_life_days": 40})
     stored = service.store(
         {
             "content": "the staging cluster ran out of disk during the release",
-            "timestamp": to_iso(NOW - timedelta(days=10)),
+            "timestamp": to_iso(NOW - timedelta(days=40)),  # aging: a forget candidate
         }
     )
     candidates = service.reflect({})["forget_candidates"]
@@ -276,6 +276,32 @@ def test_storage_size_budget_evicts_only_what_may_go(make_service: ServiceFactor
 
 
 # --------------------------------------------------------------------------- retention, pinning
+
+
+def test_retention_counts_from_when_the_fact_was_superseded_not_from_its_t_invalid(
+    make_service: ServiceFactory,
+) -> None:
+    """A fact superseded today by one valid since long ago (or stored as already historical)
+    keeps the full 180-day window: "the old fact is NOT deleted — it remains queryable"."""
+    clock = MovableClock(T0)
+    service = make_service(clock=clock)
+    old = store(
+        service, subject="db", predicate="version", object="postgres 14", t_valid="2024-01-01"
+    )
+    store(service, subject="db", predicate="version", object="postgres 15", t_valid="2024-06-01")
+    historical = service.store(
+        {"subject": "db", "predicate": "version", "object": "postgres 13", "t_valid": "2023-01-01"}
+    )
+    assert historical["status"] == "historical"
+    assert service.sweep_retention(force=True) == 0
+    query = {"query": "db version", "include_invalidated": True, "limit": 10}
+    found = {r["id"] for r in service.recall(query)["results"]}
+    assert {old, historical["id"]} <= found
+    clock.advance(180)
+    assert service.sweep_retention(force=True) == 0
+    clock.advance(1)
+    assert service.sweep_retention(force=True) == 2
+    assert not service.meta.memory_exists(old)
 
 
 def test_superseded_past_retention_is_evicted_even_under_budget(

@@ -229,6 +229,19 @@ def test_a_recurring_event_dated_on_another_day_is_not_a_duplicate(
     assert restore.value.code == "duplicate"
 
 
+def test_a_same_day_copy_is_a_duplicate_however_many_other_days_exist(
+    service: MemoryService,
+) -> None:
+    days = [f"2026-03-{d:02d}T02:00:00Z" for d in range(1, 9)]
+    stored = service.store_many([{"content": RECURRING, "timestamp": day} for day in days])
+    assert all("error" not in s for s in stored), stored
+    for day, first in zip(days, stored, strict=True):
+        with pytest.raises(FerrexError) as again:
+            service.store({"content": RECURRING, "timestamp": day.replace("02:00", "05:00")})
+        assert again.value.details["existing_id"] == first["id"]
+    assert service.meta.count_memories() == len(days)
+
+
 def test_recurring_events_in_one_batch_are_kept_apart_by_their_dates(
     service: MemoryService,
 ) -> None:

@@ -118,12 +118,18 @@ def populate(service: MemoryService) -> dict[str, str]:
     for steps in (["build", "test", "ship"], ["build", "test", "canary", "ship"]):
         store({"type": "procedural", "name": "deploy", "steps": steps})
     store({"type": "procedural", "name": "deploy", "rollback_to": 1})
-    # An eviction in the audit log: a fact superseded long ago, past the retention window.
+    # History: a fact superseded by one valid since long ago (kept: the retention window counts
+    # from the supersession), and an eviction in the audit log (a budget of one memory less).
     store(
         {"subject": "cache", "predicate": "uses", "object": "memcached", "t_valid": days_ago(400)}
     )
     store({"subject": "cache", "predicate": "uses", "object": "redis", "t_valid": days_ago(300)})
-    assert service.sweep_retention(force=True) == 1
+    assert service.sweep_retention(force=True) == 0
+    store({"content": "a forgotten lunch order from last year", "timestamp": days_ago(330)})
+    lifecycle = service.settings.lifecycle
+    lifecycle.max_memories = service.meta.count_memories() - 1
+    assert service.enforce_budget() == 1
+    lifecycle.max_memories = 0
     # Access counts, validations and pins.
     for request in RECALLS[:4]:
         service.recall(dict(request))

@@ -178,13 +178,16 @@ def assert_only_own(answer: dict[str, Any], namespace: str, truth: Truth, what: 
 def check_recall(answer: dict[str, Any], args: dict[str, Any]) -> None:
     """The filters themselves hold too (a broken filter could hide a namespace leak)."""
     assert answer["namespace"] == args["namespace"]
-    assert len(answer["results"]) <= args.get("limit", 10)
+    # Past the limit only the other side of a flagged contradiction (spec Layer 4).
+    ranked = [r for r in answer["results"] if r.get("included_as") != "contradiction"]
+    assert len(ranked) <= args.get("limit", 10)
     wanted = set(args.get("types") or ["episodic", "semantic", "procedural"])
     for item in answer["results"]:
         assert item["type"] in wanted
         if not args.get("include_stale"):
             assert item["freshness"]["staleness"] != "stale"
-        if not args.get("include_invalidated") and "as_of" not in args:
+        history = "as_of" in args or "time_range" in args  # facts valid then, superseded since
+        if not args.get("include_invalidated") and not history:
             assert "t_invalid" not in item
 
 

@@ -299,17 +299,19 @@ async def test_small_budget_evicts_in_priority_order(tmp_path: Path, models_dir:
         ):
             fresh.append(await store(client, content=text))
         stats = await ok(client, "stats", {"detailed": True})
-        # Three evictions (the expired fact goes even under budget, at the latest when over it)
-        # kept it within budget; the last store found nothing evictable.
-        assert stats["evictions"]["total"] == 3
-        assert stats["total"] == 6
+        # The two stale episodes go, oldest first. The superseded fact stays: its retention
+        # window counts from when it was superseded (today), however old its validity is, and
+        # within the window it is history, not evictable. Nothing else may go (an active fact,
+        # a procedure, fresh episodes), so the store stays over budget.
+        assert stats["evictions"]["total"] == 2
+        assert stats["total"] == 7
         everything = await levels(
             client,
             "office intranet onboarding design espresso VPN",
             include_stale=True,
             include_invalidated=True,
         )
-        assert set(everything) == {procedure, current, *fresh}
+        assert set(everything) == {expired, procedure, current, *fresh}
         failed = await call(client, "forget", {"ids": [oldest]})
         assert failed["not_found"] == [oldest]
     with sqlite3.connect(data / "ferrex.db") as db:
@@ -318,6 +320,5 @@ async def test_small_budget_evicts_in_priority_order(tmp_path: Path, models_dir:
             "WHERE action = 'evict' ORDER BY seq"
         ).fetchall()
     db.close()
-    assert [memory_id for memory_id, _ in rows] == [expired, oldest, stale]
-    assert rows[0][1] == "superseded past retention window"
-    assert rows[1][1] == rows[2][1] == "stale episodic"
+    assert [memory_id for memory_id, _ in rows] == [oldest, stale]
+    assert rows[0][1] == rows[1][1] == "stale episodic"

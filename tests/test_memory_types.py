@@ -111,7 +111,7 @@ def test_explicit_type_overrides_on_store(service: MemoryService) -> None:
     ("arguments", "field"),
     [
         ({"type": "semantic", "subject": "api", "predicate": "uses"}, "object"),
-        ({"subject": "api", "predicate": "uses"}, "content"),  # partial triple -> episodic
+        ({"subject": "api", "predicate": "uses"}, "object"),  # a fact missing its object
         ({"type": "procedural", "name": "deploy"}, "content"),
         ({"type": "episodic"}, "content"),
     ],
@@ -124,3 +124,14 @@ def test_missing_required_fields_are_clear_errors(
     assert error.value.code == "missing_field" and error.value.details["field"] == field
     assert service.meta.count_memories() == 0
     assert service.index.points_by_memory() == {}
+
+
+def test_citing_a_memory_that_does_not_exist_stores_and_says_nothing_was_validated(
+    service: MemoryService,
+) -> None:
+    stored = service.store(
+        {"content": "summary of the incident review", "source": "memory:mem_00000000dead"}
+    )
+    assert stored["status"] == "stored" and "validated" not in stored
+    [warning] = stored["warnings"]
+    assert "mem_00000000dead" in warning and "nothing was validated" in warning

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import pytest
 from qdrant_client import QdrantClient, models
 from tests.conftest import ServiceFactory
 
@@ -106,3 +107,43 @@ def test_supersede_forget_and_history_on_qdrant_client(make_service: ServiceFact
     gone = service.forget({"ids": [new["id"]]})
     assert gone["deleted"] == [new["id"]]
     assert service.index.points_by_memory().keys() == {old["id"]}
+
+
+@pytest.mark.parametrize("engine", ["edge", "qdrant-client"])
+def test_time_range_finds_the_facts_valid_during_it(
+    make_service: ServiceFactory, engine: str
+) -> None:
+    """Spec: temporal filters use t_valid / t_invalid for facts, and a historical query with a
+    time range includes facts invalidated since. Events keep filtering on their own time."""
+    index = QdrantIndex(QdrantClient(":memory:"), mode="local") if engine != "edge" else None
+    service = make_service(clock=lambda: NOW, index=index)
+    v1 = service.store(
+        {
+            "subject": "api-server",
+            "predicate": "runtime",
+            "object": "node 16",
+            "t_valid": "2026-01-01",
+        }
+    )["id"]
+    v2 = service.store(
+        {
+            "subject": "api-server",
+            "predicate": "runtime",
+            "object": "node 20",
+            "t_valid": "2026-03-01",
+        }
+    )["id"]
+    event = service.store(
+        {"content": "api-server runtime upgrade rehearsal", "timestamp": "2026-02-10T10:00:00Z"}
+    )["id"]
+
+    def ids(after: str | None, before: str | None) -> set[str]:
+        window = {k: v for k, v in (("after", after), ("before", before)) if v}
+        query = {"query": "api-server runtime", "time_range": window, "include_stale": True}
+        answer = service.recall({**query, "limit": 10})
+        return {r["id"] for r in answer["results"]}
+
+    assert ids("2026-02-01", "2026-02-20") == {v1, event}  # v1 was valid then (superseded since)
+    assert ids("2026-11-20", None) == {v2}  # valid since March: still valid in the last days
+    assert ids(None, "2026-01-15") == {v1}
+    assert ids("2026-02-15", "2026-03-15") == {v1, v2}  # the change happened inside the range

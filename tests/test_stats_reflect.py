@@ -291,12 +291,11 @@ def test_reflect_lists_stale_and_unvalidated_memories_with_reasons(
             "stale_120",
             "stale_200",
             "aging_45",
-            "aging_80_cited",
             "confirmed_long_ago",
             "never_confirmed",
         )
     }
-    assert report["needs_review_total"] == 6
+    assert report["needs_review_total"] == 5
     assert review[ids["stale_200"]]["staleness"] == "stale"
     assert review[ids["stale_200"]]["reasons"] == [
         "stale: effective age 200 days",
@@ -310,8 +309,8 @@ def test_reflect_lists_stale_and_unvalidated_memories_with_reasons(
         "aging: effective age 100 days",
         "never validated",
     ]
-    # Aging by age, but its source citation today confirmed it: not "unvalidated".
-    assert review[ids["aging_80_cited"]]["reasons"] == ["aging: effective age 40 days"]
+    # Aging by age, but its source citation today confirmed it: reviewed, not listed again.
+    assert ids["aging_80_cited"] not in review
     first = report["needs_review"][0]
     assert first["id"] == ids["stale_200"]  # the most overdue first
     assert ids["fresh"] not in review and ids["runbook"] not in review
@@ -347,17 +346,24 @@ def test_reflect_sections_can_be_switched_off_and_limited(
     assert len(service.reflect({"limit": 3})["needs_review"]) == 3
 
 
-def test_forget_candidates_are_the_least_accessed(make_service: ServiceFactory) -> None:
+def test_forget_candidates_are_the_least_accessed_of_the_old_episodes(
+    make_service: ServiceFactory,
+) -> None:
     service = make_service(clock=lambda: NOW, lifecycle={"access_flush_seconds": 60})
-    popular = store(service, content="the release train leaves every second Tuesday")
-    rare = store(service, content="the parking garage closes at 22:00")
-    pinned = store(service, content="the company was founded in Tallinn", pinned=True)
+    old = to_iso(NOW - timedelta(days=60))  # aging
+    popular = store(service, content="the release train leaves every second Tuesday", timestamp=old)
+    rare = store(service, content="the parking garage closes at 22:00", timestamp=old)
+    pinned = store(
+        service, content="the company was founded in Tallinn", pinned=True, timestamp=old
+    )
+    fresh = store(service, content="the new espresso machine arrived today")
     for _ in range(3):
         service.recall({"query": "when does the release train leave", "limit": 1})
     service.access.flush()
     candidates = service.reflect({})["forget_candidates"]
     assert [(c["id"], c["access_count"]) for c in candidates] == [(rare, 0), (popular, 3)]
     assert pinned not in [c["id"] for c in candidates]
+    assert fresh not in [c["id"] for c in candidates]  # never suggest forgetting what is new
 
 
 def test_reflect_lists_alias_candidates(service: MemoryService) -> None:
@@ -413,3 +419,20 @@ def test_reflect_and_recall_show_a_facts_decaying_confidence(
         {"query": "what does billing-db run", "limit": 1, "include_stale": True}
     )
     assert answer["results"][0]["effective_confidence"] == 0.9
+
+
+def test_confirming_an_old_event_says_it_stays_stale_and_ends_the_review_loop(
+    make_service: ServiceFactory,
+) -> None:
+    service = make_service(clock=lambda: NOW)
+    event = store(
+        service,
+        content="the datacenter in Frankfurt was commissioned",
+        timestamp=to_iso(NOW - timedelta(days=300)),
+    )
+    assert event in [i["id"] for i in service.reflect({})["needs_review"]]
+    answer = service.reflect({"confirm_ids": [event]})
+    assert answer["confirmed"] == [event] and answer["still_stale"] == [event]
+    assert "include_stale" in answer["still_stale_note"]
+    assert event not in [i["id"] for i in answer["needs_review"]]
+    assert event not in [i["id"] for i in service.reflect({})["needs_review"]]

@@ -87,8 +87,10 @@ def decide(
     different_threshold: float,
     embedding_duplicate_threshold: float,
     embedding_cosine: Callable[[str, str], float],
+    history: Sequence[Memory] = (),
 ) -> ConflictDecision:
-    """Decide what storing a fact does, given the current facts with the same subject+predicate."""
+    """Decide what storing a fact does, given the current facts with the same subject+predicate
+    (and ``history``, its superseded facts: an older value ends where the next one began)."""
     if not current:
         return ConflictDecision(Outcome.NEW)
     best: tuple[ObjectSimilarity, Memory] | None = None
@@ -113,8 +115,12 @@ def decide(
         return ConflictDecision(Outcome.MULTI_VALUED, similarity)
     newer = [f for f in current if f.t_valid is not None and f.t_valid > incoming_t_valid]
     if newer:
-        # The incoming value was true before the current one: keep it as history.
-        earliest = min(newer, key=lambda f: (f.t_valid, f.id))
+        # The incoming value was true before the current one: keep it as history, ending where
+        # the next known value (current or itself superseded since) began.
+        later = newer + [
+            f for f in history if f.t_valid is not None and f.t_valid > incoming_t_valid
+        ]
+        earliest = min(later, key=lambda f: (f.t_valid, f.id))
         return ConflictDecision(
             Outcome.HISTORICAL,
             similarity,

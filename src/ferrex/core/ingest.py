@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, time, timedelta
 from typing import Any
 
 import numpy as np
@@ -14,7 +14,7 @@ import structlog
 from ferrex.core import conflict as conflicts
 from ferrex.core import errors
 from ferrex.core.chunking import Chunk, plan_chunks, step_prefix
-from ferrex.core.dedup import find_duplicate
+from ferrex.core.dedup import Duplicate, find_duplicate
 from ferrex.core.entities import EntityResolution
 from ferrex.core.errors import FerrexError
 from ferrex.core.ids import new_memory_id
@@ -220,6 +220,15 @@ class IngestMixin(ServiceState):
                     field="name",
                 )
         elif request.content is None:
+            given = [n for n in ("subject", "predicate", "object") if getattr(request, n)]
+            if given and request.type is None:  # a fact with a part missing, not an episode
+                missing = [n for n in ("subject", "predicate", "object") if n not in given]
+                raise FerrexError(
+                    errors.MISSING_FIELD,
+                    f"store: a semantic fact needs subject, predicate and object (missing: "
+                    f"{', '.join(missing)})",
+                    field=missing[0],
+                )
             raise FerrexError(
                 errors.MISSING_FIELD,
                 "store: an episodic memory needs 'content' (or give subject, predicate and object "
@@ -362,7 +371,12 @@ class IngestMixin(ServiceState):
         cited = _cited_memory(request.source)
         if cited is not None and cited != memory.id:
             target = self.meta.get_memory(cited)
-            if target is not None and target.namespace == namespace:
+            if target is None or target.namespace != namespace:
+                result["warnings"] = [
+                    f"source memory:{cited[:40]} is not a memory of this namespace: nothing was "
+                    "validated (the memory was stored)"
+                ]
+            else:
                 self.meta.update_memory_fields(cited, last_validated=now)
                 self.meta.audit(
                     namespace,
@@ -410,39 +424,11 @@ class IngestMixin(ServiceState):
         item: _Prepared,
         batch_vectors: Sequence[tuple[_Prepared, Vector]],
         exclude: frozenset[str] = frozenset(),
+        found: Duplicate | None = None,
     ) -> None:
         """Reject a near-duplicate of a same-type memory of the namespace (``exclude``: ids that
         may legitimately be close, e.g. the earlier versions of the procedure being updated)."""
-        memory = item.memory
-        vector = item.vectors[0]
-        flt = IndexFilter(
-            namespace=memory.namespace, types=(memory.type.value,), model=self.embedder.info.pin
-        )
-        hits = [
-            hit
-            for hit in self.index.dense_search(
-                vector, flt, 3 + len(exclude), self.settings.retrieval.hnsw_ef
-            )
-            if hit.memory_id not in exclude
-        ]
-        days: dict[str, Any] = {}
-        for other, other_vector in batch_vectors:
-            if (
-                other.memory.namespace == memory.namespace
-                and other.memory.type is memory.type
-                and other.memory.id not in exclude
-            ):
-                score = float(np.dot(vector, other_vector))
-                hits.append(IndexHit(point_id="", memory_id=other.memory.id, score=score))
-                days[other.memory.id] = other.memory.event_time.date()
-        if memory.type is MemoryType.EPISODIC and item.request.timestamp is not None:
-            # A recurring event ("nightly backup completed") dated by the agent on another day
-            # is another event, not a duplicate; without a timestamp it is a re-store.
-            close = [h.memory_id for h in hits if h.memory_id not in days]
-            days.update({k: m.event_time.date() for k, m in self.meta.get_memories(close).items()})
-            day = memory.event_time.date()
-            hits = [h for h in hits if days.get(h.memory_id) == day]
-        duplicate = find_duplicate(hits, self.settings.dedup.threshold)
+        duplicate = found or self._find_duplicate(item, batch_vectors, exclude)
         if duplicate is not None:
             raise FerrexError(
                 errors.DUPLICATE,
@@ -452,6 +438,74 @@ class IngestMixin(ServiceState):
                 existing_id=duplicate.memory_id,
                 similarity=duplicate.similarity,
             )
+
+    def _find_duplicate(
+        self,
+        item: _Prepared,
+        batch_vectors: Sequence[tuple[_Prepared, Vector]],
+        exclude: frozenset[str] = frozenset(),
+    ) -> Duplicate | None:
+        memory = item.memory
+        vector = item.vectors[0]
+        # A recurring event ("nightly backup completed") that the agent dates on another day is
+        # another event, not a duplicate: compare only with the episodes of that UTC day.
+        # Without a timestamp it is a re-store of something known, whatever its day.
+        same_day = memory.type is MemoryType.EPISODIC and item.request.timestamp is not None
+        day = memory.event_time.astimezone(UTC).date()
+        day_start = datetime.combine(day, time.min, tzinfo=UTC)
+        flt = IndexFilter(
+            namespace=memory.namespace,
+            types=(memory.type.value,),
+            model=self.embedder.info.pin,
+            time_after=day_start if same_day else None,
+            time_before=day_start + timedelta(days=1, microseconds=-1) if same_day else None,
+        )
+        hits = [
+            hit
+            for hit in self.index.dense_search(
+                vector, flt, 3 + len(exclude), self.settings.retrieval.hnsw_ef
+            )
+            if hit.memory_id not in exclude
+        ]
+        for other, other_vector in batch_vectors:
+            if (
+                other.memory.namespace == memory.namespace
+                and other.memory.type is memory.type
+                and other.memory.id not in exclude
+                and (not same_day or other.memory.event_time.astimezone(UTC).date() == day)
+            ):
+                score = float(np.dot(vector, other_vector))
+                hits.append(IndexHit(point_id="", memory_id=other.memory.id, score=score))
+        return find_duplicate(hits, self.settings.dedup.threshold)
+
+    def _decide_fact(
+        self, memory: Memory, request: StoreRequest, canonical: str, now: datetime
+    ) -> tuple[conflicts.ConflictDecision, list[Memory]]:
+        """The conflict decision for ``memory`` as a value of (subject, ``canonical``)."""
+        namespace = memory.namespace
+        current: list[Memory] = []
+        history: list[Memory] = []
+        if memory.subject_entity_id is not None:
+            facts = self.meta.facts_for_predicate(namespace, memory.subject_entity_id, canonical)
+            current = [f for f in facts if f.t_invalid is None]
+            history = [f for f in facts if f.t_invalid is not None]
+        # A (subject, predicate) already tagged multi-valued keeps collecting values.
+        multi = self._multi_valued(namespace, request, canonical) or any(
+            f.multi_valued for f in current
+        )
+        decision = conflicts.decide(
+            incoming_object=memory.object or "",
+            incoming_confidence=memory.confidence,
+            incoming_t_valid=memory.t_valid or now,
+            current=current,
+            multi_valued=multi,
+            duplicate_threshold=self.settings.conflict.duplicate_threshold,
+            different_threshold=self.settings.conflict.different_threshold,
+            embedding_duplicate_threshold=self.settings.conflict.object_embedding_threshold,
+            embedding_cosine=self._object_cosine,
+            history=history,
+        )
+        return decision, current
 
     def _object_cosine(self, a: str, b: str) -> float:
         va, vb = self.embedder.embed_documents([a, b])
@@ -490,30 +544,29 @@ class IngestMixin(ServiceState):
         if explicit_supersede:
             out["status"] = "superseded"
             return out
-        current: list[Memory] = []
-        if memory.subject_entity_id is not None:
-            current = [
-                f
-                for f in self.meta.facts_for_predicate(
-                    namespace, memory.subject_entity_id, resolution.canonical
-                )
-                if f.t_invalid is None
-            ]
-        # A (subject, predicate) already tagged multi-valued keeps collecting values.
-        multi = self._multi_valued(namespace, request, resolution.canonical) or any(
-            f.multi_valued for f in current
-        )
-        decision = conflicts.decide(
-            incoming_object=memory.object or "",
-            incoming_confidence=memory.confidence,
-            incoming_t_valid=memory.t_valid or now,
-            current=current,
-            multi_valued=multi,
-            duplicate_threshold=self.settings.conflict.duplicate_threshold,
-            different_threshold=self.settings.conflict.different_threshold,
-            embedding_duplicate_threshold=self.settings.conflict.object_embedding_threshold,
-            embedding_cosine=self._object_cosine,
-        )
+        decision, current = self._decide_fact(memory, request, resolution.canonical, now)
+        if decision.outcome is conflicts.Outcome.NEW:
+            duplicate = self._find_duplicate(item, batch_vectors)
+            twin = self.meta.get_memory(duplicate.memory_id) if duplicate else None
+            if (
+                twin is not None
+                and twin.type is MemoryType.SEMANTIC
+                and twin.t_invalid is None
+                and twin.subject_entity_id is not None
+                and twin.subject_entity_id == memory.subject_entity_id
+                and twin.predicate_canonical not in (None, resolution.canonical)
+            ):
+                # The same subject and a triple this close: the same relation worded another
+                # way ("db version" / "database version"). Resolve it as that predicate, so a
+                # new value supersedes the old one instead of being refused as a duplicate.
+                canonical = str(twin.predicate_canonical)
+                memory.predicate_canonical = canonical
+                out["predicate"] = {"canonical": canonical, "resolved_by": "embedding"}
+                decision, current = self._decide_fact(memory, request, canonical, now)
+            elif duplicate is not None:
+                self._dedup(item, batch_vectors, found=duplicate)
+            else:
+                return out
         similarity = (
             None
             if decision.similarity is None
@@ -523,7 +576,6 @@ class IngestMixin(ServiceState):
             }
         )
         if decision.outcome is conflicts.Outcome.NEW:
-            self._dedup(item, batch_vectors)
             return out
         if decision.outcome is conflicts.Outcome.DUPLICATE:
             existing = decision.duplicate_of

@@ -66,12 +66,13 @@ class EvictionCandidate:
 
 
 def superseded_past_retention(memory: Memory, now: datetime, retention_days: float) -> bool:
-    return (
-        memory.type is MemoryType.SEMANTIC
-        and memory.t_invalid is not None
-        and days_between(memory.t_invalid, now) > retention_days
-        and not memory.pinned
-    )
+    """A superseded fact whose retention window has passed. The window counts from when ferrex
+    recorded the invalidation (the later of ``t_invalid`` and the row's last update): a fact
+    superseded today by one valid since last year stays queryable for the full window."""
+    if memory.type is not MemoryType.SEMANTIC or memory.t_invalid is None or memory.pinned:
+        return False
+    invalidated = max(memory.t_invalid, memory.updated_at)
+    return days_between(invalidated, now) > retention_days
 
 
 def eviction_candidates(

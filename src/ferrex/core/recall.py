@@ -161,7 +161,21 @@ class RecallMixin(ServiceState):
             self._result(rows[c.memory_id], c, freshness[c.memory_id], request.explain, now)
             for c in selected
         ]
-        self._flag_contradictions(namespace, [rows[c.memory_id] for c in selected], results)
+        partners = self._flag_contradictions(
+            namespace, [rows[c.memory_id] for c in selected], results
+        )
+        if partners and request.max_tokens is None:
+            # Layer 4: "both are returned with a contradiction flag" — the other side of each
+            # flagged contradiction joins the results (after them, score 0) if it was not there.
+            for partner, against in partners:
+                partner_freshness = assess(partner, now, self.settings.staleness)
+                if partner_freshness.staleness == STALE and not request.include_stale:
+                    continue  # held back like any stale memory; the flag still names it
+                extra = self._result(
+                    partner, Candidate(partner.id, 0.0, 0), partner_freshness, request.explain, now
+                )
+                extra.update(contradiction=True, contradicts=against, included_as="contradiction")
+                results.append(extra)
         self.access.record([c.memory_id for c in selected])
         response: dict[str, Any] = {
             "results": results,
@@ -275,6 +289,8 @@ class RecallMixin(ServiceState):
     ) -> dict[str, Any]:
         item: dict[str, Any] = {"id": memory.id, "type": memory.type.value}
         if memory.type is MemoryType.SEMANTIC:
+            # The fact as one sentence (the spec's results all carry content), then its parts.
+            item["content"] = memory.display_text()
             item.update(subject=memory.subject, predicate=memory.predicate, object=memory.object)
             item["confidence"] = memory.confidence
             item["effective_confidence"] = round(
@@ -319,9 +335,13 @@ class RecallMixin(ServiceState):
 
     def _flag_contradictions(
         self, namespace: str, memories: Sequence[Memory], results: list[dict[str, Any]]
-    ) -> None:
-        """Layer 4: current single-valued facts sharing subject+predicate with other objects."""
+    ) -> list[tuple[Memory, list[str]]]:
+        """Layer 4: current single-valued facts sharing subject+predicate with other objects.
+
+        Flags the results in place; returns the contradicting facts missing from the results,
+        each with the result ids it contradicts."""
         by_id = {r["id"]: r for r in results}
+        missing: dict[str, tuple[Memory, list[str]]] = {}
         seen: dict[tuple[int, str], list[Memory]] = {}
         for memory in memories:
             if (
@@ -341,7 +361,7 @@ class RecallMixin(ServiceState):
                 ]
             group = seen[group_key]
             others = [
-                f.id
+                f
                 for f in group
                 if f.id != memory.id
                 and conflicts.normalize_object(f.object or "")
@@ -349,7 +369,11 @@ class RecallMixin(ServiceState):
             ]
             if others:
                 by_id[memory.id]["contradiction"] = True
-                by_id[memory.id]["contradicts"] = sorted(others)
+                by_id[memory.id]["contradicts"] = sorted(f.id for f in others)
+                for other in others:
+                    if other.id not in by_id:
+                        missing.setdefault(other.id, (other, []))[1].append(memory.id)
+        return [(m, sorted(ids)) for _, (m, ids) in sorted(missing.items())]
 
 
 def _ranks(hits: Sequence[IndexHit]) -> dict[str, int]:

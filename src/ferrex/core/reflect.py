@@ -18,6 +18,7 @@ from ferrex.core.requests import ReflectRequest
 from ferrex.core.staleness import (
     AGING,
     CONFIDENCE_REVIEW_BELOW,
+    FRESH,
     STALE,
     age_days,
     assess,
@@ -70,6 +71,21 @@ def _apply_actions(
     service.cache.invalidate(namespace)
     if not_found:
         actions["not_found"] = sorted(not_found)
+    confirmed = actions.get("confirmed") or []
+    if confirmed:
+        rows = meta.get_memories(confirmed)
+        still = [
+            i
+            for i in confirmed
+            if i in rows and assess(rows[i], now, service.settings.staleness).staleness == STALE
+        ]
+        if still:
+            actions["still_stale"] = still
+            actions["still_stale_note"] = (
+                "confirmed, but still stale by age (an old event stays old): they stay out of "
+                "default recalls (use include_stale=true) and off the review list; store a "
+                "current summary citing them (source='memory:<id>') if they still matter"
+            )
     return actions
 
 
@@ -90,6 +106,11 @@ def reflect(service: MemoryService, request: ReflectRequest) -> dict[str, Any]:
         for memory, fresh in assessed:
             reasons = []
             since = days_since_validation(memory, now)
+            thresholds = service.settings.staleness.thresholds(namespace, memory.type.value)
+            if memory.last_validated is not None and since < thresholds.fresh:
+                # Reviewed and confirmed within its fresh window: listing it again would loop
+                # (an old event stays stale by age however often it is confirmed).
+                continue
             if fresh.staleness == STALE:
                 reasons.append(f"stale: effective age {fresh.score:.0f} days")
             elif fresh.staleness == AGING:
@@ -147,10 +168,11 @@ def reflect(service: MemoryService, request: ReflectRequest) -> dict[str, Any]:
         ]
 
     half_life = service.settings.lifecycle.episodic_half_life_days
+    # Aging or stale episodes nobody recalls; fresh ones are never suggested for forgetting.
     candidates = [
         (m.access_count, relevance_score(m, now, half_life), m)
-        for m, _ in assessed
-        if not m.pinned and m.type is MemoryType.EPISODIC
+        for m, fresh in assessed
+        if not m.pinned and m.type is MemoryType.EPISODIC and fresh.staleness != FRESH
     ]
     candidates.sort(key=lambda c: (c[0], c[1], c[2].id))
     out["forget_candidates"] = [

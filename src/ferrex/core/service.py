@@ -421,6 +421,12 @@ class MemoryService(IngestMixin, RecallMixin):
         from ferrex.core.stats import stats
 
         request = parse(StatsRequest, arguments, self.settings.limits, "stats")
+        try:
+            # Stats is the first call of a conversation: report the real model and warnings and
+            # cut summaries with the model's tokenizer (the model loads at start-up anyway).
+            self.ensure_ready()
+        except FerrexError as exc:
+            log.warning("stats without the embedding model", error=exc.message[:200])
         self._sync_external_writes()
         return stats(self, request)
 

@@ -2,8 +2,8 @@
 
 Brief mode is read at the start of every conversation, so its size is bounded whatever the
 store holds: the two most recent memories (as in the spec's example), each summarised in at
-most ``SUMMARY_TOKENS`` model tokens of its JSON text: about 150 tokens for the whole brief
-answer, 200 with the degraded-mode warnings (measured with the embedding model's tokenizer).
+most ``SUMMARY_TOKENS`` model tokens of its JSON text: about 170 tokens for the whole brief
+answer, 220 with the degraded-mode warnings (measured with the embedding model's tokenizer).
 
 ``needs_attention`` counts each current memory once: ``stale_count`` (past its stale
 threshold), ``unvalidated_count`` (not stale, but nobody confirmed it within its type's fresh
@@ -27,18 +27,16 @@ if TYPE_CHECKING:
     from ferrex.core.service import MemoryService
 
 RECENT = 2  # as in the spec's example
-SUMMARY_CHARS = 60
-SUMMARY_TOKENS = 16
+SUMMARY_CHARS = 80
+SUMMARY_TOKENS = 24
 ELLIPSIS = "..."
 
 TokenCounter = Callable[[str], int]
 
 
 def _token_counter(service: MemoryService) -> TokenCounter:
-    """Exact model tokens when the model is loaded; else a cheap upper-bound estimate.
-
-    Counting never forces a model load: stats must answer while the model is still warming.
-    """
+    """Exact model tokens (stats waits for the model, loading at start-up in the background);
+    a cheap upper-bound estimate only when the model cannot load at all."""
     embedder = service.embedder
     if getattr(embedder, "loaded", True):
         counter: TokenCounter = getattr(embedder, "count_text_tokens", embedder.count_tokens)
@@ -122,7 +120,8 @@ def stats(service: MemoryService, request: StatsRequest) -> dict[str, Any]:
     counts.update(Counter(m.type.value for m in memories))
     storage = service.storage_bytes()
     index_stats = service.index.stats()
-    model = service.embedder.info if getattr(service.embedder, "loaded", True) else None
+    loaded = getattr(service.embedder, "loaded", True)
+    model = service.embedder.info if loaded else None
     detailed: dict[str, Any] = {
         "namespace": namespace,
         "total": len(memories),
@@ -140,19 +139,17 @@ def stats(service: MemoryService, request: StatsRequest) -> dict[str, Any]:
             "total": meta.count_audit(namespace, "evict"),
             "last_at": meta.last_audit_at(namespace, "evict"),
         },
-        "model": None
-        if model is None
-        else {
-            "name": model.name,
-            "dimension": model.dimension,
-            "source": model.source,
-            "variant": model.variant,
-        },
+        "model": _model_status(service, model),
         "reranker": {
             "enabled": service.settings.rerank,
             "available": service.reranker.available,
             "model": service.reranker.name,
-            "reason": service.reranker.unavailable_reason,
+            "reason": service.reranker.unavailable_reason
+            or (
+                "not loaded yet (checked in the background at start-up)"
+                if service.settings.rerank and not service.reranker.available
+                else None
+            ),
         },
         "index": {"mode": index_stats.mode, "points": index_stats.points},
         "cache": service.cache.stats(),
@@ -161,3 +158,28 @@ def stats(service: MemoryService, request: StatsRequest) -> dict[str, Any]:
     if warnings:
         detailed["warnings"] = warnings
     return detailed
+
+
+def _model_status(service: MemoryService, model: Any) -> dict[str, Any] | None:
+    """The loaded model, or (while it loads) the model the store is pinned to."""
+    if model is not None:
+        return {
+            "name": model.name,
+            "dimension": model.dimension,
+            "source": model.source,
+            "variant": model.variant,
+            "loaded": True,
+        }
+    from ferrex.core.service import PIN_DIMENSION, PIN_NAME, PIN_SOURCE, PIN_VARIANT
+
+    meta = service.meta
+    name = meta.get_meta(PIN_NAME)
+    if name is None:
+        return None
+    return {
+        "name": name,
+        "dimension": int(meta.get_meta(PIN_DIMENSION) or 0) or None,
+        "source": meta.get_meta(PIN_SOURCE),
+        "variant": meta.get_meta(PIN_VARIANT),
+        "loaded": False,
+    }

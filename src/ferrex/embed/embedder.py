@@ -135,7 +135,10 @@ class FastEmbedEmbedder:
                     "embedding model download failed", model=self.tier.model, error=str(exc)[:200]
                 )
         if self.allow_bundled and bundled_model_available():
-            self._load_bundled(TextEmbedding, requested=self.tier.model, loud=True)
+            # Loud only when it is another model than the one asked for: the small tier's model
+            # *is* the bundled one (an int8 copy), nothing to warn about.
+            same = self.tier.model.lower() == BUNDLED_MODEL.lower()
+            self._load_bundled(TextEmbedding, requested=self.tier.model, loud=not same)
             return
         raise FerrexError(
             MODEL_UNAVAILABLE,

@@ -291,15 +291,32 @@ def _filter(flt: IndexFilter) -> q.Filter:
     if flt.entity_ids is not None:
         values = [str(e) for e in flt.entity_ids] or ["__none__"]
         must.append(q.FieldCondition("entities", match=q.MatchAny(values)))
-    if flt.time_after is not None or flt.time_before is not None:
-        must.append(
-            q.FieldCondition(
-                "time",
-                range=q.RangeDateTime(
-                    gte=to_iso(flt.time_after) if flt.time_after else None,
-                    lte=to_iso(flt.time_before) if flt.time_before else None,
-                ),
+    current = q.IsEmptyCondition("t_invalid")  # "empty" = null or absent
+    ranged = flt.time_after is not None or flt.time_before is not None
+    if ranged:
+        after = to_iso(flt.time_after) if flt.time_after else None
+        before = to_iso(flt.time_before) if flt.time_before else None
+        semantic = q.FieldCondition("type", match=q.MatchValue("semantic"))
+        # Events and procedures: their time inside the range (and current, unless asked).
+        others: list[Any] = [q.FieldCondition("time", range=q.RangeDateTime(gte=after, lte=before))]
+        if flt.as_of is None and flt.validity == "current":
+            others.append(current)
+        # Facts: valid at some moment of the range, superseded since or not (spec: historical
+        # queries "specify a time range to include invalidated facts").
+        facts: list[Any] = [semantic]
+        if before is not None:
+            facts.append(q.FieldCondition("t_valid", range=q.RangeDateTime(lte=before)))
+        if after is not None:
+            facts.append(
+                q.Filter(
+                    should=[
+                        current,
+                        q.FieldCondition("t_invalid", range=q.RangeDateTime(gte=after)),
+                    ]
+                )
             )
+        must.append(
+            q.Filter(should=[q.Filter(must=others, must_not=[semantic]), q.Filter(must=facts)])
         )
     if flt.as_of is not None:
         moment = to_iso(flt.as_of)
@@ -312,7 +329,7 @@ def _filter(flt: IndexFilter) -> q.Filter:
                 ]
             )
         )
-    elif flt.validity == "current":
+    elif flt.validity == "current" and not ranged:
         # "Empty" = null or absent: a payload refresh with t_invalid=None drops the key.
-        must.append(q.IsEmptyCondition("t_invalid"))
+        must.append(current)
     return q.Filter(must=must)

@@ -351,14 +351,41 @@ def _filter(flt: IndexFilter) -> models.Filter:
     if flt.entity_ids is not None:
         values = [str(e) for e in flt.entity_ids] or ["__none__"]
         must.append(models.FieldCondition(key="entities", match=models.MatchAny(any=values)))
-    if flt.time_after is not None or flt.time_before is not None:
+    current = models.IsEmptyCondition(is_empty=models.PayloadField(key="t_invalid"))
+    ranged = flt.time_after is not None or flt.time_before is not None
+    if ranged:
+        after = to_iso(flt.time_after) if flt.time_after else None
+        before = to_iso(flt.time_before) if flt.time_before else None
+        semantic = models.FieldCondition(key="type", match=models.MatchValue(value="semantic"))
+        # Events and procedures: their time inside the range (and current, unless asked).
+        others: list[Any] = [
+            models.FieldCondition(key="time", range=models.DatetimeRange(gte=after, lte=before))
+        ]
+        if flt.as_of is None and flt.validity == "current":
+            others.append(current)
+        # Facts: valid at some moment of the range, superseded since or not (see edge.py).
+        facts: list[Any] = [semantic]
+        if before is not None:
+            facts.append(
+                models.FieldCondition(key="t_valid", range=models.DatetimeRange(lte=before))
+            )
+        if after is not None:
+            facts.append(
+                models.Filter(
+                    should=[
+                        current,
+                        models.FieldCondition(
+                            key="t_invalid", range=models.DatetimeRange(gte=after)
+                        ),
+                    ]
+                )
+            )
         must.append(
-            models.FieldCondition(
-                key="time",
-                range=models.DatetimeRange(
-                    gte=to_iso(flt.time_after) if flt.time_after else None,
-                    lte=to_iso(flt.time_before) if flt.time_before else None,
-                ),
+            models.Filter(
+                should=[
+                    models.Filter(must=others, must_not=[semantic]),
+                    models.Filter(must=facts),
+                ]
             )
         )
     if flt.as_of is not None:
@@ -372,7 +399,7 @@ def _filter(flt: IndexFilter) -> models.Filter:
                 ]
             )
         )
-    elif flt.validity == "current":
+    elif flt.validity == "current" and not ranged:
         # "Empty" = null or absent: a payload refresh with t_invalid=None may drop the key.
-        must.append(models.IsEmptyCondition(is_empty=models.PayloadField(key="t_invalid")))
+        must.append(current)
     return models.Filter(must=must)
