@@ -232,3 +232,17 @@ def test_a_forget_killed_midway_leaves_no_orphan(
     if survives:  # the forget can simply be retried
         assert reopened.forget({"ids": [victim]})["deleted"] == [victim]
         assert victim not in reopened.index.points_by_memory()
+
+
+def test_forgetting_the_current_fact_says_which_history_has_no_successor(
+    service: MemoryService,
+) -> None:
+    old = service.store({"subject": "billing-api", "predicate": "runs", "object": "postgres 14"})
+    new = service.store({"subject": "billing-api", "predicate": "runs", "object": "postgres 16"})
+    assert new["superseded"] == [old["id"]]
+    answer = service.forget({"ids": [new["id"]]})
+    assert answer["deleted"] == [new["id"]]
+    assert answer["history_without_successor"] == [old["id"]]
+    assert "no current value" in answer["note"]
+    plain = service.forget({"ids": [old["id"]]})
+    assert "history_without_successor" not in plain and "note" not in plain

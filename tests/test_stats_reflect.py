@@ -331,7 +331,7 @@ def test_reflect_reports_contradictions(
     service, ids = attention
     [alert] = service.reflect({})["contradictions"]
     assert alert["subject"] == "payments"
-    assert alert["predicate"] == "depends_on"
+    assert (alert["predicate"], alert["predicate_canonical"]) == ("uses", "depends_on")
     objects = {fact["id"]: fact["object"] for fact in alert["facts"]}
     assert objects == {ids["db_current"]: "postgres 16", ids["db_contested"]: "mysql 8"}
 

@@ -153,7 +153,8 @@ def reflect(service: MemoryService, request: ReflectRequest) -> dict[str, Any]:
         out["contradictions"] = [
             {
                 "subject": group[0].subject,
-                "predicate": group[0].predicate_canonical,
+                "predicate": group[0].predicate,
+                "predicate_canonical": group[0].predicate_canonical,
                 "facts": [
                     {
                         "id": f.id,

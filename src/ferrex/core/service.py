@@ -246,15 +246,38 @@ class MemoryService(IngestMixin, RecallMixin):
             existing = self.meta.existing_ids(ids, namespace)
             deleted = [i for i in ids if i in existing]
             not_found = [i for i in ids if i not in existing]
+            # Facts these deletions superseded: their successor is gone and no value is current.
+            orphaned = (
+                sorted(
+                    m.id
+                    for m in self.meta.memories_in_namespace(
+                        namespace,
+                        where="type = 'semantic' AND superseded_by IN "
+                        f"({','.join('?' * len(deleted))})",
+                        params=deleted,
+                        with_entities=False,
+                    )
+                    if m.id not in existing
+                )
+                if deleted
+                else []
+            )
             removed = self._delete(
                 deleted, namespace, cascade=request.cascade, action="forget", reason="forget"
             )
-        return {
+        answer: dict[str, Any] = {
             "deleted": deleted,
             "not_found": not_found,
             "entities_removed": removed,
             "namespace": namespace,
         }
+        if orphaned:
+            answer["history_without_successor"] = orphaned
+            answer["note"] = (
+                "these superseded facts were replaced by a forgotten one, so their subject and "
+                "predicate have no current value now: store the current value again if it is known"
+            )
+        return answer
 
     def _delete(
         self, memory_ids: Sequence[str], namespace: str, *, cascade: bool, action: str, reason: str
