@@ -380,21 +380,20 @@ def test_a_look_alike_predicate_is_another_relation_not_a_supersede(
     assert rows[old["id"]].t_invalid is None and rows[new["id"]].t_invalid is None
 
 
-def test_the_same_relation_worded_differently_supersedes_instead_of_duplicating(
+def test_a_near_duplicate_under_another_predicate_is_refused_with_its_id(
     clocked: tuple[MemoryService, Clock],
 ) -> None:
-    """ "db version" and "database version" resolve to different predicates, but for one subject
-    a triple that close is the same relation: the new value supersedes the old one."""
+    """The triple's cosine cannot tell a reworded relation from another one ("previous release
+    version"): never merge silently; refuse loudly, naming the fact to supersede."""
     service, clock = clocked
     old = service.store(fact("billing-api", "database version", "PostgreSQL 14"))
     clock.now = T0 + timedelta(days=1)
-    new = service.store(fact("billing-api", "db version", "PostgreSQL 16"))
-    assert new["status"] == "superseded", new
-    assert new["superseded"] == [old["id"]]
-    assert new["predicate"] == {"canonical": "databaseversion", "resolved_by": "embedding"}
-    # The same value again is the known fact, confirmed rather than stored twice.
-    again = service.store(fact("billing-api", "db version", "PostgreSQL 16"))
-    assert again["status"] == "duplicate" and again["duplicate_of"] == new["id"]
+    with pytest.raises(FerrexError) as refused:
+        service.store(fact("billing-api", "db version", "PostgreSQL 14"))
+    assert refused.value.code == "duplicate"
+    assert refused.value.details["existing_id"] == old["id"]
+    assert f'supersedes="{old["id"]}"' in refused.value.message
+    assert semantic_rows(service)[old["id"]].t_invalid is None
 
 
 def test_a_backdated_supersede_never_inverts_the_old_interval(
@@ -584,6 +583,19 @@ def test_both_sides_of_a_contradiction_are_returned_even_past_the_limit(
     )
     [only] = budgeted["results"]
     assert only["contradicts"] == [other]
+
+
+def test_a_view_of_the_past_gets_no_contradiction_partners_from_today(
+    clocked: tuple[MemoryService, Clock],
+) -> None:
+    service, _ = clocked
+    strong = service.store(fact("api-server", "uses", "tokio 1.38", t_valid=iso(JAN)))
+    weak = service.store(fact("api-server", "uses", "tokio 1.40", t_valid=iso(APR), confidence=0.5))
+    assert weak["status"] == "contradiction"
+    past = {"query": "api-server tokio", "types": ["semantic"], "limit": 1}
+    for view in ({"as_of": iso(FEB)}, {"time_range": {"after": iso(JAN), "before": iso(FEB)}}):
+        results = service.recall({**past, **view})["results"]
+        assert [r["id"] for r in results] == [strong["id"]], view
 
 
 def test_resolving_a_contradiction_with_supersedes_clears_the_flag(

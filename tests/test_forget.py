@@ -246,3 +246,12 @@ def test_forgetting_the_current_fact_says_which_history_has_no_successor(
     assert "no current value" in answer["note"]
     plain = service.forget({"ids": [old["id"]]})
     assert "history_without_successor" not in plain and "note" not in plain
+
+
+def test_forgetting_a_middle_value_of_a_chain_leaves_no_false_alarm(service: MemoryService) -> None:
+    v1 = service.store({"subject": "web", "predicate": "runs", "object": "node 16"})
+    v2 = service.store({"subject": "web", "predicate": "runs", "object": "node 18"})
+    v3 = service.store({"subject": "web", "predicate": "runs", "object": "node 20"})
+    assert v2["superseded"] == [v1["id"]] and v3["superseded"] == [v2["id"]]
+    answer = service.forget({"ids": [v2["id"]]})
+    assert answer["deleted"] == [v2["id"]] and "history_without_successor" not in answer

@@ -436,3 +436,39 @@ def test_confirming_an_old_event_says_it_stays_stale_and_ends_the_review_loop(
     assert "include_stale" in answer["still_stale_note"]
     assert event not in [i["id"] for i in answer["needs_review"]]
     assert event not in [i["id"] for i in service.reflect({})["needs_review"]]
+
+
+def test_a_fact_stored_with_low_confidence_is_not_reported_as_decayed(
+    make_service: ServiceFactory, clock: MovableClock
+) -> None:
+    service = make_service(clock=clock)
+    fact = store(service, subject="cdn", predicate="provider", object="fastly", confidence=0.4)
+    clock.advance(1)
+    review = {i["id"]: i for i in service.reflect({})["needs_review"]}
+    assert not any("decayed" in r for r in review.get(fact, {}).get("reasons", []))
+
+
+def test_stats_says_when_the_embedding_model_cannot_load(
+    make_service: ServiceFactory, tmp_path: Path
+) -> None:
+    data = tmp_path / "pinned-elsewhere"
+    service = make_service(data)
+    store(service, content="a memory embedded with MiniLM")
+    service.meta.set_meta("embedding_model", "BAAI/bge-base-en-v1.5")  # a model not available
+    service.meta.set_meta("embedding_dimension", "768")
+    service.close()
+    from tests.conftest import make_settings
+
+    from ferrex.bootstrap import Options, build_service
+
+    reopened = build_service(make_settings(data, service.settings.models_dir), Options())
+    try:
+        brief = reopened.stats({})
+        assert brief["total"] == 1
+        assert any("embedding model unavailable" in w for w in brief["warnings"])
+        detailed = reopened.stats({"detailed": True})
+        assert any("BAAI/bge-base-en-v1.5" in w for w in detailed["warnings"])
+        assert detailed["model"]["name"] == "BAAI/bge-base-en-v1.5"
+        assert detailed["model"]["loaded"] is False
+    finally:
+        reopened.close()

@@ -546,27 +546,11 @@ class IngestMixin(ServiceState):
             return out
         decision, current = self._decide_fact(memory, request, resolution.canonical, now)
         if decision.outcome is conflicts.Outcome.NEW:
-            duplicate = self._find_duplicate(item, batch_vectors)
-            twin = self.meta.get_memory(duplicate.memory_id) if duplicate else None
-            if (
-                twin is not None
-                and twin.type is MemoryType.SEMANTIC
-                and twin.t_invalid is None
-                and twin.subject_entity_id is not None
-                and twin.subject_entity_id == memory.subject_entity_id
-                and twin.predicate_canonical not in (None, resolution.canonical)
-            ):
-                # The same subject and a triple this close: the same relation worded another
-                # way ("db version" / "database version"). Resolve it as that predicate, so a
-                # new value supersedes the old one instead of being refused as a duplicate.
-                canonical = str(twin.predicate_canonical)
-                memory.predicate_canonical = canonical
-                out["predicate"] = {"canonical": canonical, "resolved_by": "embedding"}
-                decision, current = self._decide_fact(memory, request, canonical, now)
-            elif duplicate is not None:
-                self._dedup(item, batch_vectors, found=duplicate)
-            else:
-                return out
+            # A near-duplicate triple under another predicate is refused loudly, with its id:
+            # the triple's cosine cannot tell "db version" (the same relation, reworded) from
+            # "previous release version" (another one), so the agent decides (supersedes=id).
+            self._dedup(item, batch_vectors)
+            return out
         similarity = (
             None
             if decision.similarity is None

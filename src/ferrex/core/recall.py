@@ -164,7 +164,13 @@ class RecallMixin(ServiceState):
         partners = self._flag_contradictions(
             namespace, [rows[c.memory_id] for c in selected], results
         )
-        if partners and request.max_tokens is None:
+        # Partners are today's facts: not added to a budgeted page, nor to a view of the past.
+        if (
+            partners
+            and request.max_tokens is None
+            and request.as_of is None
+            and request.time_range is None
+        ):
             # Layer 4: "both are returned with a contradiction flag" — the other side of each
             # flagged contradiction joins the results (after them, score 0) if it was not there.
             for partner, against in partners:

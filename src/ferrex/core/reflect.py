@@ -121,7 +121,7 @@ def reflect(service: MemoryService, request: ReflectRequest) -> dict[str, Any]:
                 else:
                     reasons.append(f"last validated {since:.0f} days ago")
             confidence = effective_confidence(memory, now, service.settings.staleness)
-            if confidence < min(CONFIDENCE_REVIEW_BELOW, memory.confidence):
+            if memory.confidence >= CONFIDENCE_REVIEW_BELOW > confidence:  # decayed across it
                 reasons.append(
                     f"confidence decayed from {memory.confidence:.2f} to {confidence:.2f} "
                     f"({since:.0f} days without validation)"

@@ -111,6 +111,7 @@ class MemoryService(IngestMixin, RecallMixin):
         self._normalizers: dict[str, PredicateNormalizer] = {}
         self._data_version = meta.data_version()
         self._last_retention_sweep = 0.0
+        self._model_error: str | None = None
         self._closed = False
 
     # ================================================================== lifecycle
@@ -246,22 +247,7 @@ class MemoryService(IngestMixin, RecallMixin):
             existing = self.meta.existing_ids(ids, namespace)
             deleted = [i for i in ids if i in existing]
             not_found = [i for i in ids if i not in existing]
-            # Facts these deletions superseded: their successor is gone and no value is current.
-            orphaned = (
-                sorted(
-                    m.id
-                    for m in self.meta.memories_in_namespace(
-                        namespace,
-                        where="type = 'semantic' AND superseded_by IN "
-                        f"({','.join('?' * len(deleted))})",
-                        params=deleted,
-                        with_entities=False,
-                    )
-                    if m.id not in existing
-                )
-                if deleted
-                else []
-            )
+            orphaned = self._history_left_without_value(namespace, deleted)
             removed = self._delete(
                 deleted, namespace, cascade=request.cascade, action="forget", reason="forget"
             )
@@ -278,6 +264,39 @@ class MemoryService(IngestMixin, RecallMixin):
                 "predicate have no current value now: store the current value again if it is known"
             )
         return answer
+
+    @property
+    def model_error(self) -> str | None:
+        """Why the embedding model could not be used (stats says so), until it can."""
+        return None if self._ready else self._model_error
+
+    def _history_left_without_value(self, namespace: str, deleted: Sequence[str]) -> list[str]:
+        """Facts superseded by one of ``deleted`` whose (subject, predicate) keeps no current
+        value once ``deleted`` are gone (a v1 -> v2 -> v3 chain losing v2 still has v3)."""
+        gone = set(deleted)
+        predecessors: list[Memory] = []
+        for start in range(0, len(deleted), 500):
+            chunk = list(deleted[start : start + 500])
+            predecessors += self.meta.memories_in_namespace(
+                namespace,
+                where=f"type = 'semantic' AND superseded_by IN ({','.join('?' * len(chunk))})",
+                params=chunk,
+                with_entities=False,
+            )
+        orphaned = []
+        for fact in predecessors:
+            if fact.id in gone or fact.subject_entity_id is None or not fact.predicate_canonical:
+                continue
+            still = [
+                f
+                for f in self.meta.facts_for_predicate(
+                    namespace, fact.subject_entity_id, fact.predicate_canonical
+                )
+                if f.t_invalid is None and f.id not in gone
+            ]
+            if not still:
+                orphaned.append(fact.id)
+        return sorted(orphaned)
 
     def _delete(
         self, memory_ids: Sequence[str], namespace: str, *, cascade: bool, action: str, reason: str
@@ -444,18 +463,27 @@ class MemoryService(IngestMixin, RecallMixin):
         from ferrex.core.stats import stats
 
         request = parse(StatsRequest, arguments, self.settings.limits, "stats")
-        try:
-            # Stats is the first call of a conversation: report the real model and warnings and
-            # cut summaries with the model's tokenizer (the model loads at start-up anyway).
-            self.ensure_ready()
-        except FerrexError as exc:
-            log.warning("stats without the embedding model", error=exc.message[:200])
+        if self._model_error is None:
+            try:
+                # Stats is the first call of a conversation: report the real model and warnings
+                # and cut summaries with the model's tokenizer (it loads at start-up anyway).
+                self.ensure_ready()
+            except FerrexError as exc:
+                # Said in every stats answer; not retried by stats (recall and store still try).
+                self._model_error = exc.message
+                log.warning("stats without the embedding model", error=exc.message[:200])
         self._sync_external_writes()
         return stats(self, request)
 
     def warnings(self, *, brief: bool = False) -> list[str]:
         """What the agent must know about degraded operation (never hidden, spec principle 5)."""
         out: list[str] = []
+        if self._model_error is not None and not self._ready:
+            out.append(
+                "embedding model unavailable: store and recall fail until it loads"
+                if brief
+                else self._model_error
+            )
         loaded = getattr(self.embedder, "loaded", True)
         if loaded and self.embedder.warnings:
             if brief:

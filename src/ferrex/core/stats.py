@@ -120,8 +120,9 @@ def stats(service: MemoryService, request: StatsRequest) -> dict[str, Any]:
     counts.update(Counter(m.type.value for m in memories))
     storage = service.storage_bytes()
     index_stats = service.index.stats()
-    loaded = getattr(service.embedder, "loaded", True)
-    model = service.embedder.info if loaded else None
+    # The model in use, or (while it loads, or when it was refused) the store's pinned model.
+    usable = getattr(service.embedder, "loaded", True) and service.model_error is None
+    model = service.embedder.info if usable else None
     detailed: dict[str, Any] = {
         "namespace": namespace,
         "total": len(memories),

@@ -311,7 +311,7 @@ def _filter(flt: IndexFilter) -> q.Filter:
                 q.Filter(
                     should=[
                         current,
-                        q.FieldCondition("t_invalid", range=q.RangeDateTime(gte=after)),
+                        q.FieldCondition("t_invalid", range=q.RangeDateTime(gt=after)),
                     ]
                 )
             )

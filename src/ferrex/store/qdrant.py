@@ -375,7 +375,7 @@ def _filter(flt: IndexFilter) -> models.Filter:
                     should=[
                         current,
                         models.FieldCondition(
-                            key="t_invalid", range=models.DatetimeRange(gte=after)
+                            key="t_invalid", range=models.DatetimeRange(gt=after)
                         ),
                     ]
                 )
