@@ -397,17 +397,10 @@ def _handshake(process: subprocess.Popen[str]) -> list[dict]:
     import json
 
     assert process.stdin is not None and process.stdout is not None
+    from tests.test_wire import INITIALIZE
+
     messages = [
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "raw-test", "version": "0"},
-            },
-        },
+        INITIALIZE,
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
         {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
         {

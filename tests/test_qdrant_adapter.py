@@ -147,3 +147,4 @@ def test_time_range_finds_the_facts_valid_during_it(
     assert ids("2026-11-20", None) == {v2}  # valid since March: still valid in the last days
     assert ids(None, "2026-01-15") == {v1}
     assert ids("2026-02-15", "2026-03-15") == {v1, v2}  # the change happened inside the range
+    assert ids("2026-03-01", None) == {v2}  # v1 ended exactly then: [t_valid, t_invalid)

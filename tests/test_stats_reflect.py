@@ -465,10 +465,31 @@ def test_stats_says_when_the_embedding_model_cannot_load(
     try:
         brief = reopened.stats({})
         assert brief["total"] == 1
-        assert any("embedding model unavailable" in w for w in brief["warnings"])
+        assert any(w.startswith("not ready: ") for w in brief["warnings"])
         detailed = reopened.stats({"detailed": True})
         assert any("BAAI/bge-base-en-v1.5" in w for w in detailed["warnings"])
         assert detailed["model"]["name"] == "BAAI/bge-base-en-v1.5"
         assert detailed["model"]["loaded"] is False
     finally:
         reopened.close()
+
+
+def test_stats_answers_when_the_model_files_are_broken(tmp_path: Path) -> None:
+    """A load failure that is not ferrex's own error (a corrupt --model-path) still gets an
+    answer from stats, with a warning that leaks no path or exception text."""
+    from tests.conftest import make_settings
+
+    from ferrex.bootstrap import Options, build_service
+
+    broken = tmp_path / "broken-model"
+    broken.mkdir()
+    settings = make_settings(tmp_path / "d", tmp_path / "models", model_path=str(broken))
+    service = build_service(settings, Options())
+    try:
+        brief = service.stats({})
+        assert brief["total"] == 0
+        [warning] = [w for w in brief["warnings"] if w.startswith("not ready: ")]
+        assert str(tmp_path) not in warning and "onnx" not in warning.lower()
+        assert "see the server log" in warning
+    finally:
+        service.close()

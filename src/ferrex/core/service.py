@@ -61,6 +61,7 @@ PIN_NAME = "embedding_model"
 PIN_DIMENSION = "embedding_dimension"
 PIN_VARIANT = "embedding_variant"
 PIN_SOURCE = "embedding_source"
+MODEL_RETRY_SECONDS = 60.0  # how often stats retries loading a model that failed
 REBUILD_PENDING = "rebuild_pending"
 # Model a pending `rebuild-index --model-tier` re-embeds with (a restart resumes with it).
 REBUILD_TARGET = "rebuild_target_model"
@@ -112,6 +113,7 @@ class MemoryService(IngestMixin, RecallMixin):
         self._data_version = meta.data_version()
         self._last_retention_sweep = 0.0
         self._model_error: str | None = None
+        self._model_error_at = -float("inf")
         self._closed = False
 
     # ================================================================== lifecycle
@@ -463,15 +465,21 @@ class MemoryService(IngestMixin, RecallMixin):
         from ferrex.core.stats import stats
 
         request = parse(StatsRequest, arguments, self.settings.limits, "stats")
-        if self._model_error is None:
+        if not self._ready and time.monotonic() - self._model_error_at > MODEL_RETRY_SECONDS:
             try:
                 # Stats is the first call of a conversation: report the real model and warnings
                 # and cut summaries with the model's tokenizer (it loads at start-up anyway).
                 self.ensure_ready()
-            except FerrexError as exc:
-                # Said in every stats answer; not retried by stats (recall and store still try).
-                self._model_error = exc.message
-                log.warning("stats without the embedding model", error=exc.message[:200])
+            except Exception as exc:  # stats answers whatever keeps the store from working
+                # Said in every stats answer; retried by stats at most once a minute (store and
+                # recall try on every call). Only a FerrexError's message is agent-safe.
+                self._model_error = (
+                    exc.message
+                    if isinstance(exc, FerrexError)
+                    else "the embedding model failed to load; see the server log"
+                )
+                self._model_error_at = time.monotonic()
+                log.warning("stats before the store is ready", error=str(exc)[:300])
         self._sync_external_writes()
         return stats(self, request)
 
@@ -479,11 +487,7 @@ class MemoryService(IngestMixin, RecallMixin):
         """What the agent must know about degraded operation (never hidden, spec principle 5)."""
         out: list[str] = []
         if self._model_error is not None and not self._ready:
-            out.append(
-                "embedding model unavailable: store and recall fail until it loads"
-                if brief
-                else self._model_error
-            )
+            out.append(f"not ready: {self._model_error[:160]}" if brief else self._model_error)
         loaded = getattr(self.embedder, "loaded", True)
         if loaded and self.embedder.warnings:
             if brief:
