@@ -596,6 +596,11 @@ def test_a_view_of_the_past_gets_no_contradiction_partners_from_today(
     for view in ({"as_of": iso(FEB)}, {"time_range": {"after": iso(JAN), "before": iso(FEB)}}):
         results = service.recall({**past, **view})["results"]
         assert [r["id"] for r in results] == [strong["id"]], view
+    # In February the April value did not exist yet: nothing contradicted the fact then.
+    [then] = service.recall({**past, "as_of": iso(FEB)})["results"]
+    assert "contradiction" not in then
+    [now] = service.recall({**past, "as_of": iso(T0)})["results"][:1]
+    assert now["contradiction"] is True
 
 
 def test_resolving_a_contradiction_with_supersedes_clears_the_flag(

@@ -162,7 +162,7 @@ class RecallMixin(ServiceState):
             for c in selected
         ]
         partners = self._flag_contradictions(
-            namespace, [rows[c.memory_id] for c in selected], results
+            namespace, [rows[c.memory_id] for c in selected], results, request.as_of
         )
         # Partners are today's facts: not added to a budgeted page, nor to a view of the past.
         if (
@@ -340,19 +340,31 @@ class RecallMixin(ServiceState):
         return item
 
     def _flag_contradictions(
-        self, namespace: str, memories: Sequence[Memory], results: list[dict[str, Any]]
+        self,
+        namespace: str,
+        memories: Sequence[Memory],
+        results: list[dict[str, Any]],
+        as_of: datetime | None = None,
     ) -> list[tuple[Memory, list[str]]]:
-        """Layer 4: current single-valued facts sharing subject+predicate with other objects.
+        """Layer 4: single-valued facts sharing subject+predicate with other objects, all valid
+        now (or all valid at ``as_of``: a value that only began later contradicts nothing then).
 
         Flags the results in place; returns the contradicting facts missing from the results,
         each with the result ids it contradicts."""
+
+        def valid(fact: Memory) -> bool:
+            if as_of is None:
+                return fact.t_invalid is None
+            start = fact.t_valid or fact.event_time
+            return start <= as_of and (fact.t_invalid is None or fact.t_invalid > as_of)
+
         by_id = {r["id"]: r for r in results}
         missing: dict[str, tuple[Memory, list[str]]] = {}
         seen: dict[tuple[int, str], list[Memory]] = {}
         for memory in memories:
             if (
                 memory.type is not MemoryType.SEMANTIC
-                or memory.t_invalid is not None
+                or not valid(memory)
                 or memory.multi_valued
                 or memory.subject_entity_id is None
                 or memory.predicate_canonical is None
@@ -363,7 +375,7 @@ class RecallMixin(ServiceState):
                 seen[group_key] = [
                     f
                     for f in self.meta.facts_for_predicate(namespace, *group_key)
-                    if f.t_invalid is None and not f.multi_valued
+                    if valid(f) and not f.multi_valued
                 ]
             group = seen[group_key]
             others = [
