@@ -434,7 +434,7 @@ def test_loose_data_dir_permissions_are_tightened_out_loud(
     data = tmp_path / "shared"
     data.mkdir(mode=0o755)
     os.chmod(data, 0o755)
-    done = cli(data, models_dir, "doctor", "--json")
+    done = cli(data, models_dir, "doctor", "--json", "--log-level", "warning")
     assert "tightened the permissions" in done.stderr and "0o755" in done.stderr
     assert os.stat(data).st_mode & 0o777 == 0o700
 

@@ -390,6 +390,11 @@ def test_storage_budget_converges_to_just_under_the_limit(make_service: ServiceF
     assert all("error" not in s for s in stored), stored
     size = service.storage_bytes()
     assert size > 0 and service.meta.count_memories() == 40
+    # The store's total (one aggregate query) is the sum of what each memory counts.
+    from ferrex.core.lifecycle import memory_size
+
+    every = service.meta.data_sizes(list(service.meta.all_memory_ids()))
+    assert size == sum(memory_size(text, chunks, 384) for text, chunks in every.values())
     service.settings.lifecycle.max_storage_mb = 0.97 * size / (1024 * 1024)
     budget = service.settings.lifecycle.max_storage_mb * 1024 * 1024
     evicted = service.enforce_budget()

@@ -21,21 +21,14 @@ from typing import Any
 import pytest
 from mcp import Client
 from tests.conftest import call, mcp_client, ok
+from tests.test_staleness import SPEC_TOML
+from tests.test_stats_reflect import SPEC_DETAILED_KEYS
 
 from ferrex.core.clock import to_iso
 from ferrex.embed.embedder import FastEmbedEmbedder
 
 pytestmark = pytest.mark.anyio
 
-STALENESS_TOML = """\
-[staleness.defaults]
-episodic = { fresh = 30, aging = 90, stale = 90 }
-semantic = { fresh = 90, aging = 180, stale = 180 }
-procedural = { fresh = 180, aging = 365, stale = 365 }
-
-[staleness.namespaces."ci-infra"]
-procedural = { fresh = 7, aging = 14, stale = 30 }
-"""
 DEPLOY_STEPS = ["build the image", "push it to the registry", "apply the helm chart"]
 
 
@@ -110,7 +103,7 @@ async def test_aged_memories_move_from_fresh_to_aging_to_stale(
 ) -> None:
     data = tmp_path / "d"
     config = tmp_path / "staleness.toml"
-    config.write_text(STALENESS_TOML, encoding="utf-8")
+    config.write_text(SPEC_TOML, encoding="utf-8")
     outage = "checkout outage payments"
     async with mcp_client(data, models_dir, "--staleness-config", str(config)) as client:
         ids = await seed_aging_store(client)
@@ -174,15 +167,6 @@ async def test_aged_memories_move_from_fresh_to_aging_to_stale(
 
 
 SPEC_BRIEF_KEYS = {"total", "recent", "needs_attention"}
-SPEC_DETAILED_KEYS = {
-    "counts",
-    "staleness",
-    "conflicts",
-    "entities",
-    "storage_mb",
-    "recent",
-    "needs_attention",
-}
 
 
 async def recall_explained(client: Client, query: str) -> dict[str, Any]:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import stat
-import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+import structlog
 
 from ferrex.config import Settings
 from ferrex.core.errors import MODEL_UNAVAILABLE, FerrexError
@@ -24,6 +25,8 @@ from ferrex.embed.reranker import FastEmbedReranker
 from ferrex.store.edge import EdgeIndex
 from ferrex.store.sqlite import MetadataStore
 
+log = structlog.get_logger("ferrex.bootstrap")
+
 
 @dataclass
 class Options:
@@ -40,7 +43,7 @@ class DataDirError(Exception):
 
 def ensure_data_dir(path: Path) -> Path:
     """Create the data dir with mode 0700 (memories are private); tighten an existing one,
-    saying so on stderr."""
+    saying so in the log (stderr)."""
     path = path.expanduser()
     try:
         if path.exists() and not path.is_dir():
@@ -53,12 +56,12 @@ def ensure_data_dir(path: Path) -> Path:
         mode = stat.S_IMODE(path.stat().st_mode)
         if mode & 0o077:
             os.chmod(path, 0o700)
-        if existed and mode & 0o077:
-            print(
-                f"warning: tightened the permissions of the data dir {path} from {oct(mode)} "
-                "to 0o700 (memories are private)",
-                file=sys.stderr,
-            )
+            if existed:
+                log.warning(
+                    "tightened the permissions of the data dir to 0o700 (memories are private)",
+                    path=str(path),
+                    was=oct(mode),
+                )
     except OSError as exc:
         raise DataDirError(
             f"cannot use {path} as the data dir ({exc.strerror or exc}); pass --data-dir DIR "

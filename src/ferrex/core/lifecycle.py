@@ -41,7 +41,12 @@ POINT_BYTES = 512  # sparse terms, payload and HNSW links of one vector point
 
 def memory_size(text_bytes: int, chunks: int, dimension: int) -> int:
     """Bytes one memory counts against the storage budget (module docstring)."""
-    return text_bytes + ROW_BYTES + max(1, chunks) * (4 * dimension + POINT_BYTES)
+    return store_size(1, text_bytes, max(1, chunks), dimension)
+
+
+def store_size(memories: int, text_bytes: int, points: int, dimension: int) -> int:
+    """Bytes a whole store counts against the budget: the sum of its ``memory_size``s."""
+    return text_bytes + memories * ROW_BYTES + points * (4 * dimension + POINT_BYTES)
 
 
 def relevance_score(memory: Memory, now: datetime, episodic_half_life_days: float) -> float:

@@ -371,8 +371,12 @@ class MetadataStore(Protocol):
 
     def last_audit_at(self, namespace: str, action: str) -> str | None: ...
 
-    def data_sizes(self, memory_ids: Sequence[str] | None = None) -> dict[str, tuple[int, int]]:
+    def data_sizes(self, memory_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
         """memory id -> (bytes of its text fields, vector points), for the storage budget."""
+        ...
+
+    def data_totals(self) -> tuple[int, int, int]:
+        """(memories, bytes of their text fields, vector points) of the whole store."""
         ...
 
     def size_bytes(self) -> int: ...

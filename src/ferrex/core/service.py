@@ -26,6 +26,7 @@ from ferrex.core.lifecycle import (
     choose_evictions,
     eviction_candidates,
     memory_size,
+    store_size,
     superseded_past_retention,
 )
 from ferrex.core.memory import Memory, MemoryType
@@ -378,10 +379,7 @@ class MemoryService(IngestMixin, RecallMixin):
 
     def storage_bytes(self) -> int:
         """The data the memories hold, as the storage budget counts it (core/lifecycle.py)."""
-        dimension = self._vector_dimension()
-        return sum(
-            memory_size(text, chunks, dimension) for text, chunks in self.meta.data_sizes().values()
-        )
+        return store_size(*self.meta.data_totals(), self._vector_dimension())
 
     def _vector_dimension(self) -> int:
         """The pinned dimension (no model load needed); a store without a pin has no vectors."""

@@ -171,7 +171,8 @@ def run(backend: SharedBackend, default_namespace: str = "default") -> int:
         if isinstance(exc, SystemExit):
             return  # already said why (e.g. the exact Qdrant fail-fast line)
         message = exc.message if isinstance(exc, FerrexError) else str(exc)
-        print(f"error: {message}", file=sys.stderr, flush=True)
+        sys.stderr.write(f"error: {message}\n")  # the operator's one line; stdout is protocol
+        sys.stderr.flush()
 
     with contextlib.suppress(KeyboardInterrupt):
         anyio.run(serve_stdio, backend, fatal, default_namespace)

@@ -51,7 +51,7 @@ def fail_fast(url: str, api_key: str | None = None) -> QdrantClient:
     try:
         return connect(url, api_key)
     except QdrantUnreachableError as exc:
-        print(str(exc), file=sys.stderr)
+        sys.stderr.write(f"{exc}\n")
         raise SystemExit(2) from exc
 
 

@@ -744,18 +744,24 @@ class MetadataStore:
 
     # ------------------------------------------------------------------ size
 
-    def data_sizes(self, memory_ids: Sequence[str] | None = None) -> dict[str, tuple[int, int]]:
+    def data_sizes(self, memory_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
         """memory id -> (bytes of its text fields, vector points): what the storage budget
-        counts (``core/lifecycle.memory_size``). All memories when ``memory_ids`` is None."""
+        counts of each memory (``core/lifecycle.memory_size``)."""
         select = f"SELECT id, {_TEXT_BYTES} AS text_bytes, chunk_count FROM memories"
-        if memory_ids is None:
-            rows = self._q(select)
-        else:
-            rows = []
-            for chunk in _chunks(list(memory_ids)):
-                marks = ",".join("?" * len(chunk))
-                rows.extend(self._q(f"{select} WHERE id IN ({marks})", chunk))
+        rows = []
+        for chunk in _chunks(list(memory_ids)):
+            marks = ",".join("?" * len(chunk))
+            rows.extend(self._q(f"{select} WHERE id IN ({marks})", chunk))
         return {row["id"]: (int(row["text_bytes"]), int(row["chunk_count"])) for row in rows}
+
+    def data_totals(self) -> tuple[int, int, int]:
+        """(memories, bytes of their text fields, vector points) over the whole store, in one
+        aggregate query: the storage budget's total without reading every row."""
+        row = self._q(
+            f"SELECT COUNT(*) AS n, COALESCE(SUM({_TEXT_BYTES}), 0) AS text_bytes, "
+            "COALESCE(SUM(MAX(chunk_count, 1)), 0) AS points FROM memories"
+        )[0]
+        return int(row["n"]), int(row["text_bytes"]), int(row["points"])
 
     def size_bytes(self) -> int:
         total = 0
