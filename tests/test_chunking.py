@@ -287,3 +287,30 @@ def test_forget_removes_every_step_point(service: MemoryService) -> None:
     stored = service.store({"type": "procedural", "name": "rotate", "steps": long_steps()})
     service.forget({"ids": [stored["id"]]})
     assert stored["id"] not in service.index.points_by_memory()
+
+
+def test_a_long_procedure_does_not_crowd_other_memories_out_of_recall(
+    service: MemoryService,
+) -> None:
+    """Channels are cut to distinct memories, not points: a 40-step procedure whose every step
+    matches the query still leaves room for the episodes, and the page does not depend on
+    ``limit`` (the same memories lead at limit 5 and limit 30)."""
+    steps = [
+        f"Step {i}: reconcile ledger partition {i} and verify totals against the bank statement"
+        for i in range(1, 41)
+    ]
+    procedure = service.store({"type": "procedural", "name": "month-end-close", "steps": steps})
+    episodes = [
+        service.store({"content": text})["id"]
+        for text in (
+            "The finance team closed the books for March after reconciling the ledger",
+            "Bank statement import failed because the CSV export changed format",
+            "Auditors asked for the reconciliation report for Q1",
+        )
+    ]
+    query = "reconcile the ledger with the bank statement"
+    small = [r["id"] for r in service.recall({"query": query, "limit": 5})["results"]]
+    large = [r["id"] for r in service.recall({"query": query, "limit": 30})["results"]]
+    assert set(small) == {procedure["id"], *episodes}
+    assert small == large[: len(small)]
+    assert small.count(procedure["id"]) == 1

@@ -439,6 +439,49 @@ def test_supersedes_unknown_id_is_a_clear_error_and_writes_nothing(
     assert service.meta.get_memory(target["id"]).t_invalid is None
 
 
+def test_superseding_a_value_already_replaced_is_refused_with_the_current_id(
+    clocked: tuple[MemoryService, Clock],
+) -> None:
+    """supersedes names a fact that is no longer current: replacing it again would leave two
+    current values (and report a supersede that did not happen), so the store is refused with
+    the id of today's value, and nothing changes."""
+    service, _ = clocked
+    first = service.store(fact("svc", "version", "1.0", t_valid="2026-01-01"))
+    second = service.store(fact("svc", "version", "2.0", t_valid="2026-02-01"))
+    assert second["superseded"] == [first["id"]]
+    before = service.meta.count_memories()
+    with pytest.raises(FerrexError) as error:
+        service.store(fact("svc", "version", "3.0", supersedes=first["id"]))
+    assert error.value.code == "not_current"
+    assert error.value.details["current_id"] == second["id"]
+    assert second["id"] in error.value.message and "Nothing was stored" in error.value.message
+    assert service.meta.count_memories() == before
+    assert service.meta.get_memory(second["id"]).t_invalid is None
+    # Superseding the current value works.
+    third = service.store(fact("svc", "version", "3.0", supersedes=second["id"]))
+    assert third["superseded"] == [second["id"]]
+
+
+@pytest.mark.parametrize(
+    "incoming",
+    [
+        {"content": "we decided to stop deploying on fridays"},
+        {"type": "procedural", "name": "deploy", "steps": ["build", "ship"]},
+    ],
+)
+def test_supersedes_never_crosses_memory_types(
+    clocked: tuple[MemoryService, Clock], incoming: dict[str, Any]
+) -> None:
+    service, _ = clocked
+    target = service.store(fact("api-server", "deploy day", "friday"))
+    with pytest.raises(FerrexError) as error:
+        service.store({**incoming, "supersedes": target["id"]})
+    assert error.value.code == "invalid_params"
+    assert error.value.details["field"] == "supersedes"
+    assert service.meta.get_memory(target["id"]).t_invalid is None
+    assert service.meta.count_memories() == 1
+
+
 # --------------------------------------------------------------------------- service: dates
 
 

@@ -152,6 +152,29 @@ def test_each_type_deduplicates_within_itself(service: MemoryService) -> None:
     assert error.details["existing_id"] == first["id"]
 
 
+def test_alike_facts_about_two_subjects_are_two_facts(service: MemoryService) -> None:
+    """The triples' text is nearly identical (cosine > 0.95), but the subjects are two entities:
+    both are stored, alone and in one batch, and neither supersedes the other."""
+    runner = "vitest with jsdom environment and coverage via istanbul"
+    frontend = service.store({"subject": "frontend", "predicate": "test runner", "object": runner})
+    backend = service.store({"subject": "backend", "predicate": "test runner", "object": runner})
+    assert backend["status"] == "stored", backend
+    batch = service.store_many(
+        [
+            {"subject": "service-a", "predicate": "test runner", "object": runner},
+            {"subject": "service-b", "predicate": "test runner", "object": runner},
+        ]
+    )
+    assert [r["status"] for r in batch] == ["stored", "stored"], batch
+    current = service.meta.memories_in_namespace(
+        "default", where="type = 'semantic' AND t_invalid IS NULL"
+    )
+    assert {m.id for m in current} == {frontend["id"], backend["id"], *(r["id"] for r in batch)}
+    # The same fact about the same subject is still a duplicate.
+    again = service.store({"subject": "frontend", "predicate": "test runner", "object": runner})
+    assert again["status"] == "duplicate" and again["id"] == frontend["id"]
+
+
 def test_namespaces_never_cross_deduplicate(service: MemoryService) -> None:
     service.store({"content": ORIGINAL, "namespace": "alpha"})
     other = service.store({"content": ORIGINAL, "namespace": "beta"})

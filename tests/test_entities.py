@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 from rapidfuzz.distance import JaroWinkler
 
-from ferrex.core.entities import EntityResolver, normalize_entity, numbers_differ
+from ferrex.core.entities import EntityResolver, normalize_entity
+from ferrex.core.names import numbers_differ
 from ferrex.core.service import MemoryService
 from ferrex.embed.embedder import FastEmbedEmbedder
 from ferrex.store.sqlite import MetadataStore
@@ -163,6 +164,23 @@ def test_a_look_alike_subject_does_not_supersede_another_subjects_fact(
     assert second["entities"][0]["entity_id"] != first["entities"][0]["entity_id"]
     current = service.recall({"query": "version channel", "types": ["semantic"], "limit": 10})
     assert {first["id"], second["id"]} <= {r["id"] for r in current["results"]}
+
+
+@pytest.mark.parametrize(
+    ("first", "second"), [("inbound queue", "outbound queue"), ("left sidebar", "right sidebar")]
+)
+def test_a_swapped_word_never_merges_through_the_embedding_stage(
+    service: MemoryService, embedder: FastEmbedEmbedder, first: str, second: str
+) -> None:
+    """The embeddings of these pairs are above the 0.92 merge threshold, but one word is kept and
+    the other swapped: two things, so a fact about one never supersedes the other's."""
+    assert cosine(embedder, first, second) > 0.92
+    a = service.store({"subject": first, "predicate": "max size", "object": "100 messages"})
+    b = service.store({"subject": second, "predicate": "max size", "object": "5000 messages"})
+    assert b["status"] == "stored", b
+    assert b["entities"][0]["resolved_by"] == "new"
+    filtered = service.recall({"query": "max size", "entities": [first], "limit": 10})
+    assert [r["id"] for r in filtered["results"]] == [a["id"]]
 
 
 def test_fuzzy_threshold_is_strict(meta: MetadataStore, embedder: FastEmbedEmbedder) -> None:

@@ -161,6 +161,24 @@ def test_spelling_variants_still_match(incoming: str, existing: str) -> None:
     assert (resolution.canonical, resolution.method) == (existing, "fuzzy")
 
 
+@pytest.mark.parametrize(
+    ("typo", "canonical"),
+    [("depend on", "depends_on"), ("requirs", "depends_on"), ("writen in", "built_with")],
+)
+def test_typos_of_known_spellings_join_their_family(typo: str, canonical: str) -> None:
+    resolution = PredicateNormalizer(DEFAULT_SYNONYMS).resolve(typo)
+    assert (resolution.canonical, resolution.method) == (canonical, "typo")
+    assert resolution.score > 0.95
+
+
+@pytest.mark.parametrize("predicate", ["user", "managed", "manager", "vision", "owner", "needed"])
+def test_words_merely_near_a_known_spelling_stay_their_own_predicate(predicate: str) -> None:
+    """Typo matching is strict (> 0.95) and never across a suffix word: "managed" (active) and
+    "managed_by" (passive) are inverse relations; "user" is not "uses" (0.88)."""
+    resolution = PredicateNormalizer(DEFAULT_SYNONYMS).resolve(predicate)
+    assert resolution.method == "new"
+
+
 def test_namespace_synonyms_extend_or_replace_the_map() -> None:
     settings = Settings.model_validate(
         {
@@ -199,6 +217,18 @@ def test_fuzzy_predicate_against_same_subject_supersedes(service: MemoryService)
     assert second["predicate"]["canonical"] == "deployedto"
     assert second["superseded"] == [first["id"]]
     assert current_objects(service, "web") == {"production cluster"}
+
+
+@pytest.mark.parametrize(
+    ("first", "second"), [("depend on", "uses"), ("uses", "depend on"), ("writen in", "written in")]
+)
+def test_conflicts_do_not_depend_on_which_spelling_came_first(
+    service: MemoryService, first: str, second: str
+) -> None:
+    old = service.store(fact("api", first, "tokio 1.36", t_valid="2026-01-01"))
+    new = service.store(fact("api", second, "rust 1.38", t_valid="2026-02-01"))
+    assert new["status"] == "superseded" and new["superseded"] == [old["id"]]
+    assert current_objects(service, "api") == {"rust 1.38"}
 
 
 def test_fuzzy_predicates_only_compare_within_the_subject(service: MemoryService) -> None:

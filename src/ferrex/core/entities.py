@@ -18,7 +18,7 @@ import numpy as np
 from rapidfuzz import process
 from rapidfuzz.distance import JaroWinkler
 
-from ferrex.core.names import distinct_entity_names, numbers_differ
+from ferrex.core.names import distinct_entity_names, numbers_differ, word_swapped
 from ferrex.core.ports import MetadataStore, Vector
 
 _SEPARATORS = re.compile(r"[\s_\-]+")
@@ -104,7 +104,11 @@ class EntityResolver:
 
     def embedding_match(
         self, namespace: str, vector: Vector, normalized: str
-    ) -> tuple[int, float] | None:
+    ) -> tuple[int, float, bool] | None:
+        """The nearest mergeable entity by name embedding among the 8 nearest: (id, cosine,
+        True); failing that the nearest look-alike (id, cosine, False). Names that keep a word
+        and swap another ("inbound queue" / "outbound queue") are never merged, whatever their
+        cosine; they may still be alias candidates for reflect. Different numbers never are."""
         ids, matrix = self._vector_table(namespace)
         if matrix is None or not ids:
             return None
@@ -112,12 +116,18 @@ class EntityResolver:
         order = np.argsort(-scores, kind="stable")
         names, name_ids = self._name_table(namespace)
         canonical_by_id = {eid: name for name, eid in zip(names, name_ids, strict=True)}
+        guarded: tuple[int, float, bool] | None = None
         for position in order[:8]:
             entity_id = ids[int(position)]
-            if numbers_differ(normalized, canonical_by_id.get(entity_id, "")):
+            score = float(scores[int(position)])
+            if word_swapped(normalized, canonical_by_id.get(entity_id, ""), self.fuzzy_threshold):
+                if guarded is None and not numbers_differ(
+                    normalized, canonical_by_id.get(entity_id, "")
+                ):
+                    guarded = (entity_id, score, False)
                 continue
-            return entity_id, float(scores[int(position)])
-        return None
+            return entity_id, score, True
+        return guarded
 
     # ------------------------------------------------------------------ pipeline
 
@@ -146,15 +156,16 @@ class EntityResolver:
             return EntityResolution(name, normalized, fuzzy[0], "fuzzy", fuzzy[1])
         if vector is None:
             vector = self.embed_names([display])[0]
-        nearest = self.embedding_match(namespace, vector, normalized)
-        if nearest is not None and nearest[1] > self.embedding_threshold:
+        found = self.embedding_match(namespace, vector, normalized)
+        nearest = (found[0], found[1]) if found is not None else None
+        if found is not None and found[2] and found[1] > self.embedding_threshold:
             if create:
                 self.store.add_alias(namespace, normalized, nearest[0], "embedding", nearest[1], at)
                 self.invalidate(namespace)
             return EntityResolution(name, normalized, nearest[0], "embedding", nearest[1])
         candidate = None
         if nearest is not None and nearest[1] >= self.candidate_threshold:
-            candidate = nearest
+            candidate = (nearest[0], nearest[1])
         if not create:
             return EntityResolution(name, normalized, None, "unresolved", 0.0, candidate)
         entity_id = self.store.create_entity(namespace, normalized, display, np.asarray(vector), at)

@@ -312,6 +312,7 @@ class IngestMixin(ServiceState):
                     f"namespace '{namespace}'; find the id with recall. Nothing was stored.",
                     id=request.supersedes,
                 )
+            self._check_supersede_target(memory, superseded_target)
         resolutions = self._resolve_entities(namespace, item.entity_names, now)
         memory.entity_ids = list(
             dict.fromkeys(r.entity_id for r in resolutions if r.entity_id is not None)
@@ -402,6 +403,40 @@ class IngestMixin(ServiceState):
             result["pinned"] = True
         return result
 
+    def _check_supersede_target(self, memory: Memory, target: Memory) -> None:
+        """An explicit supersede replaces a current memory of the same type: replacing a value
+        that was already replaced would leave two current values and report a change that did
+        not happen; a fact replacing a procedure (or an event a fact) is a wrong id."""
+        if target.type is not memory.type:
+            raise FerrexError(
+                errors.INVALID_PARAMS,
+                f"store: supersedes names a {target.type.value} memory ('{target.id}') but this "
+                f"is a {memory.type.value} memory; a memory can only supersede one of its own "
+                "type. Nothing was stored.",
+                field="supersedes",
+                id=target.id,
+            )
+        if target.t_invalid is None:
+            return
+        current = target
+        for _ in range(64):  # follow the chain of replacements to today's value
+            if current.superseded_by is None or current.t_invalid is None:
+                break
+            following = self.meta.get_memory(current.superseded_by)
+            if following is None:
+                break
+            current = following
+        if current.t_invalid is None and current.id != target.id:
+            hint = f"the current value is '{current.id}': supersede that one instead"
+        else:
+            hint = "nothing replaced it that is still current: store without supersedes"
+        raise FerrexError(
+            errors.NOT_CURRENT,
+            f"store: '{target.id}' is no longer current (superseded); {hint}. Nothing was stored.",
+            id=target.id,
+            current_id=current.id if current.t_invalid is None else None,
+        )
+
     def _link_duplicate_entities(
         self, existing_id: str, entity_ids: Sequence[int], to_payload: dict[str, Memory]
     ) -> None:
@@ -453,10 +488,14 @@ class IngestMixin(ServiceState):
         same_day = memory.type is MemoryType.EPISODIC and item.request.timestamp is not None
         day = memory.event_time.astimezone(UTC).date()
         day_start = datetime.combine(day, time.min, tzinfo=UTC)
+        # Facts about two subjects are two facts however alike their text ("frontend" and
+        # "backend" use the same test runner): a fact is compared with its subject's facts only.
+        subject = memory.subject_entity_id if memory.type is MemoryType.SEMANTIC else None
         flt = IndexFilter(
             namespace=memory.namespace,
             types=(memory.type.value,),
             model=self.embedder.info.pin,
+            entity_ids=(subject,) if subject is not None else None,
             time_after=day_start if same_day else None,
             time_before=day_start + timedelta(days=1, microseconds=-1) if same_day else None,
         )
@@ -467,11 +506,19 @@ class IngestMixin(ServiceState):
             )
             if hit.memory_id not in exclude
         ]
+        if subject is not None and hits:
+            rows = self.meta.get_memories([hit.memory_id for hit in hits])
+            hits = [
+                hit
+                for hit in hits
+                if hit.memory_id in rows and rows[hit.memory_id].subject_entity_id == subject
+            ]
         for other, other_vector in batch_vectors:
             if (
                 other.memory.namespace == memory.namespace
                 and other.memory.type is memory.type
                 and other.memory.id not in exclude
+                and (subject is None or other.memory.subject_entity_id == subject)
                 and (not same_day or other.memory.event_time.astimezone(UTC).date() == day)
             ):
                 score = float(np.dot(vector, other_vector))

@@ -100,6 +100,29 @@ def distinct_entity_names(a: str, b: str, threshold: float) -> bool:
     return any(not _variant(x, y, threshold) for x, y in zip(wa, wb, strict=True))
 
 
+def word_swapped(a: str, b: str, threshold: float) -> bool:
+    """True when ``a`` and ``b`` keep a word and swap another for an unrelated one ("inbound
+    queue" / "outbound queue", "left sidebar" / "right sidebar"). Embeddings rate such pairs
+    above 0.95 (they share the head noun and the modifiers are semantically related), so the
+    embedding stage of entity resolution uses this guard; a full rephrasing that keeps no word
+    ("postgres db" / "postgresql database") or an abbreviated word ("auth service" /
+    "authentication service") is what that stage exists for and passes."""
+    if numbers_differ(a, b):
+        return True
+    wa, wb = words(a), words(b)
+    if len(wa) != len(wb) or len(wa) < 2:
+        return False
+    pairs = list(zip(wa, wb, strict=True))
+    kept = any(x == y for x, y in pairs)
+    return kept and any(not _variant(x, y, threshold) and not _abbreviation(x, y) for x, y in pairs)
+
+
+def _abbreviation(a: str, b: str) -> bool:
+    """One word is the start of the other ("auth" / "authentication")."""
+    short, long = sorted((a, b), key=len)
+    return long.startswith(short)
+
+
 def distinct_predicates(a: str, b: str, threshold: float) -> bool:
     """True when predicates ``a`` and ``b`` mean different relations although Jaro-Winkler may
     rate them alike: a word swapped for another, or a word more or less (module docstring)."""

@@ -7,6 +7,12 @@
 3. Fuzzy: Jaro-Winkler > 0.85 against the existing predicates of the same subject, with the
    guards of ``core/names.py`` ("min_version" is not "max_version", "licensed_to" is not
    "license", "end_date" is not "endtime").
+4. Typos of the synonym table (an addition to the spec): a predicate that matched nothing above
+   and is within Jaro-Winkler > 0.95 of a known spelling ("depend on" ~ "depends_on", "requirs",
+   "writen in") joins that family, so the canonical name does not depend on which spelling a
+   subject happened to be stored with first (otherwise "depend on" then "uses" would be two
+   relations, and "uses" then "depend on" one). Stricter than the subject stage because it
+   applies to every subject, and never across a suffix word ("managed" is not "managed_by").
 Unrecognised predicates pass through as themselves.
 """
 
@@ -21,6 +27,7 @@ from rapidfuzz.distance import JaroWinkler
 from ferrex.core.names import distinct_predicates
 
 _SEPARATORS = re.compile(r"[\s_\-]+")
+SYNONYM_TYPO_THRESHOLD = 0.95
 
 
 def normalize_predicate(predicate: str) -> str:
@@ -33,7 +40,7 @@ class PredicateResolution:
     raw: str
     normalized: str
     canonical: str
-    method: str  # "synonym" | "fuzzy" | "exact" | "new"
+    method: str  # "synonym" | "exact" | "fuzzy" | "typo" | "new"
     score: float = 1.0
     matched: str | None = None
 
@@ -71,7 +78,25 @@ class PredicateNormalizer:
         if found is not None:
             score, canonical = found
             return PredicateResolution(predicate, normalized, canonical, "fuzzy", score, canonical)
+        typo = self._synonym_typo(predicate, normalized)
+        if typo is not None:
+            score, canonical = typo
+            return PredicateResolution(predicate, normalized, canonical, "typo", score, canonical)
         return PredicateResolution(predicate, normalized, normalized, "new", 1.0, None)
+
+    def _synonym_typo(self, predicate: str, normalized: str) -> tuple[float, str] | None:
+        best: tuple[float, str] | None = None
+        for spelling, canonical in self._table.items():
+            score = JaroWinkler.similarity(normalized, spelling)
+            if score <= SYNONYM_TYPO_THRESHOLD or (best is not None and score <= best[0]):
+                continue
+            shorter, longer = sorted((normalized, spelling), key=len)
+            if longer.startswith(shorter) and len(longer) - len(shorter) > 1:
+                continue  # a suffix word: "managed" / "managed_by" are inverse relations
+            if distinct_predicates(predicate, spelling, self.fuzzy_threshold):
+                continue
+            best = (score, canonical)
+        return best
 
     def _fuzzy(
         self, predicate: str, normalized: str, candidates: Mapping[str, str]

@@ -27,13 +27,18 @@ from ferrex.core.requests import (
 from ferrex.core.retrieval import (
     Candidate,
     apply_relative_floor,
+    best_chunk_per_memory,
     fit_budget,
     fuse_rrf,
+    needs_deeper_fetch,
     order_candidates,
     recency_boost,
 )
 from ferrex.core.staleness import STALE, Freshness, age_days, assess, effective_confidence
 from ferrex.core.state import ServiceState
+
+# The deepest a channel is fetched when chunked procedures crowd it (points, not memories).
+MAX_CHUNK_FETCH = 8000
 
 
 class RecallMixin(ServiceState):
@@ -232,20 +237,35 @@ class RecallMixin(ServiceState):
         sparse = self.sparse.encode_query(f"{query} {query_terms(query)}".rstrip())
         dense_hits: list[IndexHit] = []
         bm25_hits: list[IndexHit] = []
+        # Channels are lists of points (a chunked procedure has one per step); each must name
+        # ``prefetch`` distinct memories, so a page crowded by one memory's chunks is fetched
+        # again deeper (x4, up to MAX_CHUNK_FETCH points) before it is cut to its best chunks.
+        fetch = prefetch
+        while True:
+            if cfg.mode == "hybrid":
+                dense_hits, bm25_hits = self.index.channels(vector, sparse, flt, fetch, cfg.hnsw_ef)
+            else:
+                want_dense = cfg.mode == "dense" or explain
+                want_bm25 = cfg.mode == "bm25" or explain
+                if want_dense:
+                    dense_hits = self.index.dense_search(vector, flt, fetch, cfg.hnsw_ef)
+                if want_bm25:
+                    bm25_hits = self.index.sparse_search(sparse, flt, fetch)
+            crowded = any(
+                needs_deeper_fetch(hits, fetch, prefetch) for hits in (dense_hits, bm25_hits)
+            )
+            if not crowded or fetch >= MAX_CHUNK_FETCH:
+                break
+            fetch = min(MAX_CHUNK_FETCH, fetch * 4)
+        dense_hits = best_chunk_per_memory(dense_hits, prefetch)
+        bm25_hits = best_chunk_per_memory(bm25_hits, prefetch)
         if cfg.mode == "hybrid":
-            dense_hits, bm25_hits = self.index.channels(vector, sparse, flt, prefetch, cfg.hnsw_ef)
             bm25_hits = apply_relative_floor(bm25_hits, cfg.bm25_relative_floor)
             fused_channels = [dense_hits, bm25_hits]
         elif cfg.mode == "dense":
-            dense_hits = self.index.dense_search(vector, flt, prefetch, cfg.hnsw_ef)
             fused_channels = [dense_hits]
-            if explain:
-                bm25_hits = self.index.sparse_search(sparse, flt, prefetch)
         else:
-            bm25_hits = self.index.sparse_search(sparse, flt, prefetch)
             fused_channels = [bm25_hits]
-            if explain:
-                dense_hits = self.index.dense_search(vector, flt, prefetch, cfg.hnsw_ef)
         hits = fuse_rrf(fused_channels, cfg.rrf_k, 2 * prefetch)
         dense_ranks = _ranks(dense_hits) if explain else {}
         bm25_ranks = _ranks(bm25_hits) if explain else {}

@@ -139,23 +139,51 @@ def hit_order(hit: IndexHit) -> tuple[float, str, int, str]:
 
 
 def fuse_rrf(channels: Sequence[Sequence[IndexHit]], rrf_k: int, limit: int) -> list[IndexHit]:
-    """Reciprocal-rank fusion of ranked channels, deterministic under ties.
+    """Reciprocal-rank fusion of ranked channels of memories, deterministic under ties.
 
-    Same formula as Qdrant's ``Fusion.Rrf``: each point scores ``sum 1 / (k + position)`` over
-    the channels it appears in, position counted from 0. Each channel is put in ``hit_order``
-    before positions are assigned, and the fused list is ordered the same way. (The engine's own
-    fusion orders exact channel ties by storage position, which moves when a payload is updated,
-    so a store and its rebuild or import would rank differently.)
+    Same formula as Qdrant's ``Fusion.Rrf``: each memory scores ``sum 1 / (k + position)`` over
+    the channels it appears in, position counted from 0. Channels hold one hit per memory (see
+    ``best_chunk_per_memory``), so a chunked procedure whose best dense and best BM25 chunks
+    differ still gets both channels' credit. Each channel is put in ``hit_order`` before
+    positions are assigned, and the fused list is ordered the same way. (The engine's own fusion
+    orders exact channel ties by storage position, which moves when a payload is updated, so a
+    store and its rebuild or import would rank differently.)
     """
     fused: dict[str, float] = {}
     first: dict[str, IndexHit] = {}
     for hits in channels:
         for position, hit in enumerate(sorted(hits, key=hit_order)):
-            fused[hit.point_id] = fused.get(hit.point_id, 0.0) + 1.0 / (rrf_k + position)
-            first.setdefault(hit.point_id, hit)
-    out = [IndexHit(pid, hit.memory_id, fused[pid], hit.chunk) for pid, hit in first.items()]
+            key = hit.memory_id or hit.point_id
+            fused[key] = fused.get(key, 0.0) + 1.0 / (rrf_k + position)
+            first.setdefault(key, hit)
+    out = [
+        IndexHit(hit.point_id, hit.memory_id, fused[key], hit.chunk) for key, hit in first.items()
+    ]
     out.sort(key=hit_order)
     return out[:limit]
+
+
+def best_chunk_per_memory(hits: Sequence[IndexHit], limit: int) -> list[IndexHit]:
+    """A channel's hits with one hit per memory (its best chunk), at most ``limit`` memories.
+
+    A long procedure is indexed as one point per step; without this its steps would fill a
+    channel's prefetch and push every other memory out of the candidates (spec, Chunking:
+    "Qdrant returns the best-matching chunk. ferrex deduplicates by memory_id")."""
+    seen: set[str] = set()
+    out: list[IndexHit] = []
+    for hit in sorted(hits, key=hit_order):
+        if hit.memory_id in seen:
+            continue
+        seen.add(hit.memory_id)
+        out.append(hit)
+        if len(out) == limit:
+            break
+    return out
+
+
+def needs_deeper_fetch(hits: Sequence[IndexHit], fetched: int, wanted: int) -> bool:
+    """True when a full page of chunk hits named fewer than ``wanted`` distinct memories."""
+    return len(hits) >= fetched and len({hit.memory_id for hit in hits}) < wanted
 
 
 def apply_relative_floor(hits: Sequence[IndexHit], fraction: float) -> list[IndexHit]:
