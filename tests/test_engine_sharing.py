@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import stat
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from mcp import Client
-from tests.conftest import call, mcp_client
+from mcp import Client, StdioServerParameters
+from tests.conftest import call, mcp_client, server_params
 
 pytestmark = pytest.mark.anyio
 
@@ -48,6 +51,33 @@ async def recalls(client: Client, text: str, memory_id: str) -> bool:
     answer = await call(client, "recall", {"query": text, "limit": 5})
     assert_no_error(answer, f"recall {text!r}")
     return memory_id in [r["id"] for r in answer["results"]]
+
+
+@asynccontextmanager
+async def logged_client(
+    data_dir: Path, models_dir: Path, log: Path, *args: str, **env: str
+) -> AsyncIterator[Client]:
+    """``mcp_client`` whose server writes its stderr (the log) to ``log``."""
+    plain = server_params(data_dir, models_dir, *args, **env)
+    wrapped = StdioServerParameters(
+        command="/bin/sh",
+        args=["-c", 'exec "$@" 2>>"$0"', str(log), plain.command, *plain.args],
+        env=plain.env,
+    )
+    async with Client(wrapped) as client:
+        yield client
+
+
+MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+MID = "BAAI/bge-small-en-v1.5"
+
+
+async def refusal(client: Client, tool: str, arguments: dict[str, Any]) -> str:
+    """The ``model_mismatch`` message a tool call is answered with (within 30 s)."""
+    with anyio.fail_after(30):
+        answer = await call(client, tool, arguments)
+    assert answer.get("error", {}).get("code") == "model_mismatch", answer
+    return str(answer["error"]["message"])
 
 
 async def burst(first: Client, second: Client, rounds: int) -> list[dict[str, Any]]:
@@ -145,3 +175,127 @@ async def test_each_client_keeps_its_own_default_namespace(
         assert await recalls(second, "build cache", theirs)
         explicit = await call(second, "recall", {"query": "holiday plan", "namespace": "desktop"})
         assert mine in [r["id"] for r in explicit["results"]]
+
+
+async def test_a_client_configured_for_another_model_is_refused_as_if_alone(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    """Joining a running engine must not let in a process that the store itself would refuse:
+    same error, same message, whether the engine process is running or not, and the refused
+    process stays up (answering with the refusal) when the engine exits."""
+    data_dir = tmp_path / "data"
+    async with mcp_client(data_dir, models_dir, FERREX_LOG="error") as owner:
+        await store(owner, "pinned with MiniLM: the backup runs at 02:00")
+    async with mcp_client(data_dir, models_dir, "--model-tier", "mid") as alone:
+        expected = await refusal(alone, "store", {"content": "x"})
+    assert MINILM in expected and MID in expected
+
+    log = tmp_path / "peer.log"
+    with anyio.fail_after(60):
+        async with mcp_client(data_dir, models_dir, FERREX_LOG="error") as owner:
+            await call(owner, "stats", {})
+            async with logged_client(data_dir, models_dir, log, "--model-tier", "mid") as peer:
+                assert await refusal(peer, "store", {"content": "peer wrote this"}) == expected
+                assert await refusal(peer, "recall", {"query": "backup"}) == expected
+            stats = await call(owner, "stats", {})
+            assert stats["total"] == 1  # nothing was written through the refused client
+    assert "Traceback" not in log.read_text(encoding="utf-8")
+
+
+async def test_the_refused_client_survives_the_engine_exit(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    """The refused client outlives the engine: it answers with the refusal, never takes over
+    the store with the wrong model, and never ends its session."""
+    data_dir = tmp_path / "data"
+    log = tmp_path / "peer.log"
+    up, gone = anyio.Event(), anyio.Event()
+    release = anyio.Event()
+
+    async def owner_session() -> None:
+        async with mcp_client(data_dir, models_dir, FERREX_LOG="error") as owner:
+            await store(owner, "pinned with MiniLM: the backup runs at 02:00")
+            up.set()
+            await release.wait()
+        gone.set()
+
+    with anyio.fail_after(90):
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(owner_session)
+            await up.wait()
+            async with logged_client(data_dir, models_dir, log, "--model-tier", "mid") as peer:
+                first = await refusal(peer, "stats", {})
+                release.set()
+                await gone.wait()
+                assert await refusal(peer, "store", {"content": "after the owner left"}) == first
+                assert await refusal(peer, "stats", {}) == first
+    text = log.read_text(encoding="utf-8")
+    assert "Traceback" not in text and "ExceptionGroup" not in text
+    async with mcp_client(data_dir, models_dir) as later:  # the store is intact and free
+        assert (await call(later, "stats", {}))["total"] == 1
+
+
+async def test_a_failed_takeover_keeps_the_process_up(tmp_path: Path, models_dir: Path) -> None:
+    """If becoming the engine fails (here: the store was re-pinned to another model while the
+    peer waited), the peer keeps its session and answers every call with that error, logged
+    once as one structured line - no traceback, no dead session."""
+    data_dir = tmp_path / "data"
+    log = tmp_path / "peer.log"
+    up, gone, release = anyio.Event(), anyio.Event(), anyio.Event()
+
+    async def owner_session() -> None:
+        async with mcp_client(data_dir, models_dir, FERREX_LOG="error") as owner:
+            await store(owner, "pinned with MiniLM: the backup runs at 02:00")
+            up.set()
+            await release.wait()
+        gone.set()
+
+    with anyio.fail_after(90):
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(owner_session)
+            await up.wait()
+            async with logged_client(
+                data_dir, models_dir, log, "--model-tier", "small", FERREX_LOG="warning"
+            ) as peer:
+                assert_no_error(await call(peer, "stats", {}), "peer before the takeover")
+                with sqlite3.connect(data_dir / "ferrex.db") as db:  # another model's pin
+                    db.execute("UPDATE meta SET value = ? WHERE key = 'embedding_model'", (MID,))
+                release.set()
+                await gone.wait()
+                for tool, arguments in (("stats", {}), ("recall", {"query": "backup"})):
+                    message = await refusal(peer, tool, arguments)
+                    assert MID in message and MINILM in message
+    text = log.read_text(encoding="utf-8")
+    assert "Traceback" not in text and "ExceptionGroup" not in text
+    assert text.count("taking over the ferrex engine failed") == 1, text
+    assert not (data_dir / "ferrex.sock").exists()  # it did not serve the store
+
+
+async def test_settings_the_engine_overrides_are_named_on_joining(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    """A client's per-engine settings cannot apply through another process's engine: it says
+    so on its stderr, naming them; its namespace still applies (per call)."""
+    data_dir = tmp_path / "data"
+    log = tmp_path / "peer.log"
+    with anyio.fail_after(60):
+        async with mcp_client(data_dir, models_dir, FERREX_LOG="error") as owner:
+            await call(owner, "stats", {})
+            async with logged_client(
+                data_dir,
+                models_dir,
+                log,
+                "--no-rerank",
+                "--namespace",
+                "mine",
+                FERREX_LOG="warning",
+                FERREX_THREADS="1",
+            ) as peer:
+                answer = await call(peer, "store", {"content": "the peer's own namespace"})
+                assert_no_error(answer, "peer store")
+                assert answer["namespace"] == "mine", answer
+                assert (await call(owner, "stats", {}))["total"] == 0
+    lines = [line for line in log.read_text(encoding="utf-8").splitlines() if "overridden" in line]
+    assert len(lines) == 1, lines
+    assert "'rerank'" in lines[0] and "'threads'" in lines[0]
+    assert "namespace" not in lines[0] and "model_tier" not in lines[0]

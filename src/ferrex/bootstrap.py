@@ -148,5 +148,9 @@ def build_service(settings: Settings, options: Options | None = None) -> MemoryS
         reranker,
         explicit_model=options.explicit_model_tier,
     )
-    service.check_pin()
+    try:
+        service.check_pin()
+    except FerrexError:
+        service.close()  # release the index (its file lock) and the database at once
+        raise
     return service

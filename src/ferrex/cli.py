@@ -204,7 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _backend(settings: Settings, explicit_tier: bool) -> Any:
     from ferrex.bootstrap import Options, build_service, ensure_data_dir
-    from ferrex.server.dispatch import dispatch
+    from ferrex.server.dispatch import dispatch, hello_request, warn_overridden
     from ferrex.server.engine import SharedBackend
 
     ensure_data_dir(settings.data_dir)
@@ -212,6 +212,8 @@ def _backend(settings: Settings, explicit_tier: bool) -> Any:
         settings.data_dir,
         lambda: build_service(settings, Options(explicit_model_tier=explicit_tier)),
         dispatch,
+        hello=hello_request(settings, explicit_tier),
+        on_join=lambda reply, pid: warn_overridden(settings, reply, pid),
     )
 
 

@@ -132,8 +132,26 @@ class MemoryService(IngestMixin, RecallMixin):
         if intended is not None and intended.name.lower() != pinned.lower():
             raise ModelMismatchError(self._mismatch_message(pinned, intended.name))
 
-    def _mismatch_message(self, pinned: str, configured: str) -> str:
-        dimension = self.meta.get_meta(PIN_DIMENSION) or "?"
+    def check_peer_model(self, name: str, dimension: int | None) -> None:
+        """Refuse a peer process configured (``--model-tier``) for another model than this
+        engine's: the store's pin, or the model this engine is about to pin. Same message as
+        :meth:`check_pin` gives a process that opens the store itself."""
+        pinned = self.meta.get_meta(PIN_NAME)
+        pinned_dimension: str | None = self.meta.get_meta(PIN_DIMENSION)
+        if pinned is None:
+            own = getattr(self.embedder, "intended", None)
+            if own is None:
+                return
+            pinned, pinned_dimension = own.name, str(own.dimension)
+        same_name = name.lower() == pinned.lower()
+        same_dimension = (
+            dimension is None or not pinned_dimension or (str(dimension) == pinned_dimension)
+        )
+        if not (same_name and same_dimension):
+            raise ModelMismatchError(self._mismatch_message(pinned, name, pinned_dimension))
+
+    def _mismatch_message(self, pinned: str, configured: str, dimension: str | None = None) -> str:
+        dimension = dimension or self.meta.get_meta(PIN_DIMENSION) or "?"
         return (
             f"this store was created with the embedding model {pinned} ({dimension}-d) but ferrex "
             f"is configured for {configured}. Vectors of different models cannot be compared. "

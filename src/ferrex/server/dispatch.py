@@ -4,12 +4,77 @@ from __future__ import annotations
 
 from typing import Any
 
+import structlog
+
+from ferrex.config import Settings
 from ferrex.core import errors
 from ferrex.core.errors import FerrexError
 from ferrex.core.maintenance import doctor, export_lines, import_records, rebuild
 from ferrex.core.service import MemoryService
+from ferrex.embed.models import EMBEDDING_TIERS
+
+log = structlog.get_logger("ferrex.engine")
 
 TOOL_OPS = ("store", "recall", "forget", "reflect", "stats")
+# Settings that are not the engine's: each process keeps its own (the namespace travels with
+# every call). ``model_tier`` is checked on joining instead (see ``hello``), the API key is a
+# secret that never leaves the process.
+_PER_PROCESS = {"data_dir", "namespace", "log_level", "model_tier", "qdrant_api_key"}
+_MAX_NAMED = 20
+
+
+def engine_settings(settings: Settings) -> dict[str, Any]:
+    """The settings that belong to the engine (one per data dir), as plain JSON values."""
+    return settings.model_dump(mode="json", exclude=_PER_PROCESS)
+
+
+def hello_request(settings: Settings, explicit_model_tier: bool) -> dict[str, Any]:
+    """What a process says when it joins a running engine: the model it was told to use."""
+    if not explicit_model_tier:
+        return {}  # it follows the store, as it would alone
+    tier = EMBEDDING_TIERS[settings.model_tier]
+    return {"model": tier.model, "dimension": tier.dimension}
+
+
+def hello(service: MemoryService, arguments: dict[str, Any]) -> dict[str, Any]:
+    """A peer joins: refuse it (``model_mismatch``) if it was configured for another model,
+    else tell it the engine's settings."""
+    model = arguments.get("model")
+    if isinstance(model, str) and model:
+        dimension = arguments.get("dimension")
+        service.check_peer_model(model, dimension if isinstance(dimension, int) else None)
+    return {"settings": engine_settings(service.settings)}
+
+
+def overridden_settings(mine: dict[str, Any], engine: dict[str, Any]) -> list[str]:
+    """Dotted names of the settings whose value in this process differs from the engine's."""
+    names: list[str] = []
+
+    def walk(a: Any, b: Any, prefix: str) -> None:
+        if isinstance(a, dict) and isinstance(b, dict):
+            for key in sorted(set(a) | set(b), key=str):
+                walk(a.get(key), b.get(key), f"{prefix}{key}.")
+        elif a != b:
+            names.append(prefix.rstrip("."))
+
+    walk(mine, engine, "")
+    return names
+
+
+def warn_overridden(settings: Settings, reply: dict[str, Any], engine_pid: int | None) -> None:
+    """Log (stderr) which of this process's settings the shared engine overrides."""
+    engine = reply.get("settings")
+    if not isinstance(engine, dict):
+        return
+    names = overridden_settings(engine_settings(settings), engine)
+    if names:
+        log.warning(
+            "joined the running ferrex engine: these settings of this process do not apply, "
+            "the engine's do (restart every ferrex on this data dir with the same settings)",
+            overridden=names[:_MAX_NAMED],
+            more=max(0, len(names) - _MAX_NAMED),
+            engine_pid=engine_pid,
+        )
 
 
 def dispatch(service: MemoryService, op: str, arguments: dict[str, Any]) -> Any:
@@ -17,6 +82,8 @@ def dispatch(service: MemoryService, op: str, arguments: dict[str, Any]) -> Any:
         return getattr(service, op)(arguments)
     if op == "ping":
         return {"ok": True}
+    if op == "hello":
+        return hello(service, arguments)
     if op == "doctor":
         return doctor(service, repair=bool(arguments.get("repair")))
     if op == "export":

@@ -5,6 +5,11 @@ Claude Code each start their own ``ferrex``. The first process to take ``<data d
 owns the store (the *engine*) and serves the others over a Unix socket in the data dir (mode
 0700, peers must be the same user). The others are thin peers that forward tool calls. When the
 owner exits, a peer takes the lock and becomes the engine itself: no agent ever sees a lock error.
+
+A peer joins with a ``hello``: the engine refuses one configured for another embedding model
+(exactly as the store refuses a process that opens it) and tells it its settings, so the peer
+can say which of its own settings the shared engine overrides. A takeover that fails leaves the
+process up, answering every call with the error.
 """
 
 from __future__ import annotations
@@ -263,6 +268,13 @@ class _Threaded:
 
 
 EngineFactory = Callable[[], Any]
+JoinCheck = Callable[[dict[str, Any], int | None], None]
+_LINK_ERRORS = (
+    ConnectionError,
+    OSError,
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+)
 
 
 class SharedBackend:
@@ -273,10 +285,20 @@ class SharedBackend:
         data_dir: Path,
         make_engine: EngineFactory,
         dispatch: Callable[[Any, str, dict[str, Any]], Any],
+        hello: dict[str, Any] | None = None,
+        on_join: JoinCheck | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.make_engine = make_engine
         self.dispatch = dispatch
+        # Sent to a running engine on joining it: the engine refuses a peer configured for
+        # another model (as the store refuses a process that opens it), and answers with its
+        # settings, which ``on_join`` compares with this process's own.
+        self.hello = hello or {}
+        self.on_join = on_join
+        # Set when taking over the engine failed for a reason retrying cannot fix (another
+        # model, an unusable store): every call answers with it, the process stays up.
+        self.failure: FerrexError | None = None
         self.lock = OwnerLock(data_dir)
         self.sock = socket_path(data_dir)
         self.role = "starting"
@@ -303,11 +325,21 @@ class SharedBackend:
             except OSError:
                 await anyio.sleep(0.05)
                 continue
-            self._connection = connection
-            self.role = "peer"
             assert self._task_group is not None
             self._task_group.start_soon(self._watch, connection)
-            log.info("connected to the running ferrex engine", pid=self.lock.owner_pid())
+            try:
+                reply = await connection.request("hello", self.hello)
+            except _LINK_ERRORS:
+                continue  # the engine went away meanwhile: take over, or reach the next one
+            except FerrexError:
+                await connection.aclose()  # refused (e.g. another model): as if alone
+                raise
+            owner = self.lock.owner_pid()
+            if self.on_join is not None:
+                self.on_join(reply if isinstance(reply, dict) else {}, owner)
+            self._connection = connection
+            self.role = "peer"
+            log.info("connected to the running ferrex engine", pid=owner)
             return
         raise FerrexError(errors.UNAVAILABLE, "could not reach or start the ferrex engine")
 
@@ -315,10 +347,18 @@ class SharedBackend:
         """Pump replies; when the engine goes away, take over (or reconnect) right away."""
         await connection.pump()
         if not self._closing:
-            await self._recover(connection)
+            # A failed takeover is answered to every call (``self.failure``), never raised
+            # into the task group: that would end the MCP session.
+            with contextlib.suppress(FerrexError):
+                await self._recover(connection)
 
     async def _become_engine(self) -> None:
-        self.engine = await self._threads.run(self.make_engine)
+        try:
+            self.engine = await self._threads.run(self.make_engine)
+        except BaseException:
+            # Not the engine after all: let another process (configured right) own the store.
+            self.lock.release()
+            raise
         self.role = "engine"
         self._server = EngineServer(self.sock, self._serve_peer)
         assert self._task_group is not None
@@ -334,6 +374,8 @@ class SharedBackend:
 
     async def call(self, op: str, arguments: dict[str, Any]) -> Any:
         for _ in range(3):
+            if self.failure is not None:
+                raise self.failure
             if self.role == "engine":
                 return await self._threads.run(self.dispatch, self.engine, op, arguments)
             connection = self._connection
@@ -343,12 +385,7 @@ class SharedBackend:
                 continue
             try:
                 return await connection.request(op, arguments)
-            except (
-                ConnectionError,
-                OSError,
-                anyio.BrokenResourceError,
-                anyio.ClosedResourceError,
-            ):
+            except _LINK_ERRORS:
                 await self._recover(connection)
                 if op in _READ_ONLY_OPS:
                     continue  # nothing was changed: ask the new engine
@@ -361,10 +398,37 @@ class SharedBackend:
 
     async def _recover(self, dead: EngineConnection | None) -> None:
         async with self._switch:
+            if self.failure is not None:
+                raise self.failure
             if self._connection is not dead or self.role == "engine":
                 return
             self._connection = None
-            await self._become_something()
+            try:
+                await self._become_something()
+            except anyio.get_cancelled_exc_class():
+                raise
+            except FerrexError as exc:
+                if exc.code != errors.UNAVAILABLE:  # unavailable: the next call tries again
+                    self._fail(exc)
+                raise
+            except Exception as exc:
+                error = FerrexError(
+                    errors.INTERNAL,
+                    "this ferrex process could not take over the store after the engine "
+                    "process exited; see its log, then restart it",
+                )
+                self._fail(error, cause=exc)
+                raise error from None
+
+    def _fail(self, error: FerrexError, cause: BaseException | None = None) -> None:
+        self.failure = error
+        self.role = "failed"
+        log.error(
+            "taking over the ferrex engine failed; every tool call answers with this error",
+            code=error.code,
+            error=error.message,
+            **({"cause": repr(cause)[:300]} if cause is not None else {}),
+        )
 
     async def aclose(self) -> None:
         if self._closing:
