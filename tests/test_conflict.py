@@ -604,6 +604,24 @@ def test_lower_confidence_fact_is_a_flagged_contradiction(
     assert entry["detail"] == {"contradicts": [strong["id"]]}
 
 
+def test_a_stale_contradiction_partner_is_counted_as_held_back(
+    clocked: tuple[MemoryService, Clock],
+) -> None:
+    """The flag names the stale side; it is not returned by default, and the response counts it
+    (so the agent knows to ask with include_stale) whatever the limit."""
+    service, clock = clocked
+    strong = service.store(fact("api-server", "uses", "tokio 1.38", confidence=0.95))
+    clock.now += timedelta(days=200)  # never validated: stale at 180 days
+    weak = service.store(fact("api-server", "depends-on", "tokio 1.40", confidence=0.5))
+    assert weak["status"] == "contradiction"
+    for limit in (1, 5):
+        query = "api-server depends on tokio 1.40"
+        response = service.recall({"query": query, "limit": limit})
+        assert [r["id"] for r in response["results"]] == [weak["id"]]
+        assert response["results"][0]["contradicts"] == [strong["id"]]
+        assert response["stale_held_back"] == 1, limit
+
+
 def test_both_sides_of_a_contradiction_are_returned_even_past_the_limit(
     clocked: tuple[MemoryService, Clock],
 ) -> None:

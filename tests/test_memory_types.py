@@ -135,3 +135,111 @@ def test_citing_a_memory_that_does_not_exist_stores_and_says_nothing_was_validat
     assert stored["status"] == "stored" and "validated" not in stored
     [warning] = stored["warnings"]
     assert "mem_00000000dead" in warning and "nothing was validated" in warning
+
+
+# --------------------------------------------------------------------------- the spec's examples
+
+
+SPEC_SEMANTIC = {
+    "type": "semantic",
+    "subject": "api-server",
+    "predicate": "uses",
+    "object": "tokio 1.38",
+    "confidence": 0.95,
+    "source": "episodic:abc123",
+    "t_valid": "2026-04-01T00:00:00Z",
+    "t_invalid": None,
+}
+SPEC_PROCEDURAL = {
+    "type": "procedural",
+    "name": "deploy-to-staging",
+    "conditions": ["branch is main", "tests pass"],
+    "steps": ["build release", "push to registry", "apply k8s manifest"],
+    "version": 3,
+}
+
+
+def test_the_spec_examples_store_verbatim(service: MemoryService) -> None:
+    """The design's JSON examples (with ``t_invalid: null`` and ``version: 3``) are accepted as
+    written; the version ferrex assigns is said, not silently replaced."""
+    fact = service.store(dict(SPEC_SEMANTIC))
+    assert fact["status"] == "stored"
+    procedure = service.store(dict(SPEC_PROCEDURAL))
+    assert procedure["version"] == 1
+    [warning] = procedure["warnings"]
+    assert "version 1" in warning and "version 3 was asked for" in warning
+
+
+def test_a_fact_given_with_t_invalid_is_history_and_changes_no_current_fact(
+    service: MemoryService,
+) -> None:
+    current = service.store({"subject": "api", "predicate": "uses", "object": "tokio 1.38"})
+    old = service.store(
+        {
+            "subject": "api",
+            "predicate": "uses",
+            "object": "async-std",
+            "t_valid": "2024-01-01",
+            "t_invalid": "2025-01-01",
+        }
+    )
+    assert old["status"] == "historical"
+    assert service.meta.get_memory(current["id"]).t_invalid is None
+    now_ids = [r["id"] for r in service.recall({"query": "api uses", "limit": 10})["results"]]
+    assert now_ids == [current["id"]]
+    then = service.recall({"query": "api uses", "as_of": "2024-06-01", "limit": 10})["results"]
+    assert [r["id"] for r in then] == [old["id"]]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "field"),
+    [
+        ({"subject": "a", "predicate": "b", "object": "c", "t_invalid": "2020-01-01"}, "t_invalid"),
+        (
+            {
+                "subject": "a",
+                "predicate": "b",
+                "object": "c",
+                "t_valid": "2021-01-01",
+                "t_invalid": "2020-01-01",
+            },
+            "t_invalid",
+        ),
+    ],
+)
+def test_t_invalid_must_end_after_the_fact_began(
+    service: MemoryService, arguments: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(FerrexError) as error:
+        service.store(arguments)
+    assert error.value.code == "invalid_params" and error.value.details["field"] == field
+    assert service.meta.count_memories() == 0
+
+
+@pytest.mark.parametrize(
+    ("arguments", "dropped"),
+    [
+        ({"content": "talked about the api", "predicate": "uses", "object": "redis"}, "predicate"),
+        ({"type": "episodic", "content": "planned the release", "steps": ["a", "b"]}, "steps"),
+        ({"content": "named the service", "name": "x"}, "name"),
+        ({"subject": "api", "predicate": "uses", "object": "redis", "content": "x"}, "content"),
+        ({"type": "procedural", "content": "1. a\n2. b", "subject": "api"}, "subject"),
+    ],
+)
+def test_fields_the_type_has_no_place_for_are_named_in_a_warning(
+    service: MemoryService, arguments: dict[str, Any], dropped: str
+) -> None:
+    """The store happens (the type rules are the design's), but nothing is dropped silently."""
+    stored = service.store(arguments)
+    assert stored["status"] == "stored"
+    [warning] = stored["warnings"]
+    assert "so not stored" in warning and dropped in warning
+
+
+def test_a_memory_using_every_field_it_gave_has_no_warning(service: MemoryService) -> None:
+    for arguments in (
+        {"content": "fixed the pool", "timestamp": "2026-03-01", "entities": ["pool"]},
+        {"subject": "api", "predicate": "uses", "object": "redis", "t_valid": "2026-01-01"},
+        {"name": "deploy", "steps": ["build", "ship"], "conditions": ["on main"]},
+    ):
+        assert "warnings" not in service.store(arguments)

@@ -189,3 +189,46 @@ def test_bad_version_requests_write_nothing(
     assert service.meta.count_memories() == count
     assert service.index.points_by_memory() == points
     assert service.meta.get_memory(first["id"]).t_invalid is None
+
+
+def test_a_re_store_in_other_words_is_still_a_duplicate(service: MemoryService) -> None:
+    """Another case of the name, the steps as numbered text instead of a list: same procedure,
+    same steps, so no new version."""
+    first = service.store(deploy(["build release", "push image"]))
+    for again in (
+        deploy(["Build release", "push  image"], name="DEPLOY-to-Staging"),
+        {
+            "type": "procedural",
+            "name": "deploy-to-staging",
+            "conditions": CONDITIONS,
+            "content": "1. build release\n2. push image",
+        },
+    ):
+        with pytest.raises(FerrexError) as error:
+            service.store(again)
+        assert error.value.code == "duplicate"
+        assert error.value.details["existing_id"] == first["id"]
+    assert len(recall_procedures(service, include_invalidated=True)) == 1
+
+
+def test_rolling_back_to_the_current_steps_is_refused(service: MemoryService) -> None:
+    service.store(deploy(["build", "ship"]))
+    service.store(deploy(["build", "test", "ship"]))
+    service.store(deploy(["build", "ship"]))  # version 3 has version 1's steps
+    with pytest.raises(FerrexError) as error:
+        service.store({"type": "procedural", "name": "deploy-to-staging", "rollback_to": 1})
+    assert error.value.code == "duplicate"
+    assert len(recall_procedures(service, include_invalidated=True)) == 3
+
+
+@pytest.mark.parametrize("extra", [{"steps": ["x"]}, {"content": "1. x"}, {"conditions": ["y"]}])
+def test_rollback_with_new_steps_is_refused(service: MemoryService, extra: dict[str, Any]) -> None:
+    service.store(deploy(["build", "ship"]))
+    service.store(deploy(["build", "test", "ship"]))
+    with pytest.raises(FerrexError) as error:
+        service.store(
+            {"type": "procedural", "name": "deploy-to-staging", "rollback_to": 1, **extra}
+        )
+    assert error.value.code == "invalid_params"
+    assert error.value.details["field"] == next(iter(extra))
+    assert len(recall_procedures(service, include_invalidated=True)) == 2

@@ -166,6 +166,21 @@ class IngestMixin(ServiceState):
             memory.object = request.object
             memory.t_valid = request.t_valid or request.timestamp or now
             memory.event_time = memory.t_valid
+            if request.t_invalid is not None:
+                if request.supersedes is not None:
+                    raise FerrexError(
+                        errors.INVALID_PARAMS,
+                        "store: a fact given with t_invalid is history and cannot supersede "
+                        "another memory; drop one of the two",
+                        field="t_invalid",
+                    )
+                if request.t_invalid <= memory.t_valid:
+                    raise FerrexError(
+                        errors.INVALID_PARAMS,
+                        "store: t_invalid must be after t_valid (when the fact became true; it "
+                        "defaults to now, so give t_valid for a fact that ended in the past)",
+                        field="t_invalid",
+                    )
             subject_name = request.subject
         elif memory_type is MemoryType.PROCEDURAL:
             memory.name = request.name
@@ -218,6 +233,17 @@ class IngestMixin(ServiceState):
                     errors.MISSING_FIELD,
                     "store: rollback_to needs the procedure 'name'",
                     field="name",
+                )
+            given = [
+                n for n in ("content", "steps", "conditions") if getattr(request, n) is not None
+            ]
+            if request.rollback_to is not None and given:
+                raise FerrexError(
+                    errors.INVALID_PARAMS,
+                    f"store: rollback_to restores version {request.rollback_to} as it was, so "
+                    f"'{given[0]}' cannot be given with it: either roll back (name + rollback_to) "
+                    "or store a new version (name + steps). Nothing was stored.",
+                    field=given[0],
                 )
         elif request.content is None:
             given = [n for n in ("subject", "predicate", "object") if getattr(request, n)]
@@ -373,10 +399,10 @@ class IngestMixin(ServiceState):
         if cited is not None and cited != memory.id:
             target = self.meta.get_memory(cited)
             if target is None or target.namespace != namespace:
-                result["warnings"] = [
+                result.setdefault("warnings", []).append(
                     f"source memory:{cited[:40]} is not a memory of this namespace: nothing was "
                     "validated (the memory was stored)"
-                ]
+                )
             else:
                 self.meta.update_memory_fields(cited, last_validated=now)
                 self.meta.audit(
@@ -392,6 +418,13 @@ class IngestMixin(ServiceState):
             namespace, "store", now, memory_id=memory.id, detail={"type": memory.type.value}
         )
         result.setdefault("status", "stored")
+        unused = unused_fields(request, memory.type)
+        if unused:
+            result.setdefault("warnings", []).append(
+                f"not part of {'an' if memory.type is MemoryType.EPISODIC else 'a'} "
+                f"{memory.type.value} memory, so not stored: {', '.join(unused)} "
+                f"({_UNUSED_HINT[memory.type]})"
+            )
         names = [r for r in resolutions if r.entity_id is not None]
         if names:
             result["entities"] = [
@@ -591,6 +624,15 @@ class IngestMixin(ServiceState):
         if explicit_supersede:
             out["status"] = "superseded"
             return out
+        if request.t_invalid is not None:
+            # A fact the caller says has ended is history as given: it changes no current fact.
+            memory.t_invalid = request.t_invalid
+            out["status"] = "historical"
+            out["message"] = "stored as history: true from t_valid until t_invalid"
+            self.meta.audit(
+                namespace, "historical", now, memory_id=memory.id, detail={"reason": "t_invalid"}
+            )
+            return out
         decision, current = self._decide_fact(memory, request, resolution.canonical, now)
         if decision.outcome is conflicts.Outcome.NEW:
             # A near-duplicate triple under another predicate is refused loudly, with its id:
@@ -709,6 +751,15 @@ class IngestMixin(ServiceState):
             memory.content = target.content
             memory.conditions = list(target.conditions)
             memory.steps = list(target.steps)
+            if current is not None and same_definition(current, memory):
+                raise FerrexError(
+                    errors.DUPLICATE,
+                    f"store: procedure '{current.name}' version {current.version} already has "
+                    f"exactly the steps of version {request.rollback_to}: nothing to roll back. "
+                    "Nothing was stored.",
+                    existing_id=current.id,
+                    similarity=1.0,
+                )
             vectors = self.sync.plan([memory])[0]
             item.chunks = vectors.chunks
             item.vectors = vectors.vectors
@@ -728,6 +779,11 @@ class IngestMixin(ServiceState):
             self._dedup(item, batch_vectors, exclude=frozenset(v.id for v in versions))
         memory.version = next_version(versions)
         out["version"] = memory.version
+        if request.version is not None and request.version != memory.version:
+            out["warnings"] = [
+                f"ferrex numbers versions itself: this is version {memory.version} of "
+                f"'{memory.name}' (version {request.version} was asked for)"
+            ]
         if current is not None:
             invalidate.append(current)
             out["previous_version"] = {"id": current.id, "version": current.version}
@@ -748,6 +804,50 @@ class IngestMixin(ServiceState):
             namespace, where="type = 'procedural' AND name IS NOT NULL", order="version, id"
         )
         return [m for m in rows if same_name(m.name, name)]
+
+
+_FIELDS_OF_OTHER_TYPES: dict[MemoryType, tuple[str, ...]] = {
+    MemoryType.EPISODIC: (
+        "subject",
+        "predicate",
+        "object",
+        "t_valid",
+        "t_invalid",
+        "multi_valued",
+        "name",
+        "conditions",
+        "steps",
+        "version",
+    ),
+    MemoryType.SEMANTIC: ("content", "name", "conditions", "steps", "version"),
+    MemoryType.PROCEDURAL: (
+        "subject",
+        "predicate",
+        "object",
+        "t_valid",
+        "t_invalid",
+        "multi_valued",
+    ),
+}
+_UNUSED_HINT: dict[MemoryType, str] = {
+    MemoryType.EPISODIC: "a fact needs subject, predicate and object; a procedure needs "
+    "type 'procedural' or steps",
+    MemoryType.SEMANTIC: "a fact is its subject, predicate and object; store the rest as an "
+    "episodic memory",
+    MemoryType.PROCEDURAL: "store the fact as a semantic memory of its own",
+}
+
+
+def unused_fields(request: StoreRequest, memory_type: MemoryType) -> list[str]:
+    """Fields the caller gave that a memory of ``memory_type`` has no place for (the store
+    says so rather than dropping them silently)."""
+    out: list[str] = []
+    for name in _FIELDS_OF_OTHER_TYPES[memory_type]:
+        value = getattr(request, name)
+        if value is None or value is False or value == []:
+            continue
+        out.append(name)
+    return out
 
 
 def _supersede_reason(explicit: bool, memory: Memory, result: dict[str, Any]) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from ferrex.core.chunking import split_steps
 from ferrex.core.memory import Memory
 
 _NAME_SEPARATORS = re.compile(r"\s+")
@@ -49,17 +50,26 @@ def same_name(a: str | None, b: str | None) -> bool:
     return a is not None and b is not None and normalize_name(a) == normalize_name(b)
 
 
+_STEP_MARKER = re.compile(r"^\s*(?:\d+[.)]|[-*•])\s*")
+
+
+def definition(memory: Memory) -> tuple[list[str], list[str]]:
+    """What a procedure version says: its steps (from ``steps``, or split from its content when
+    it was given as text) and its conditions, without list markers, case or spacing."""
+
+    def norm(text: str) -> str:
+        return " ".join(_STEP_MARKER.sub("", text).casefold().split())
+
+    steps = memory.steps or [
+        line for line in split_steps(memory.content or "") if not line.lower().startswith("when:")
+    ]
+    return [norm(s) for s in steps], [norm(c) for c in memory.conditions]
+
+
 def same_definition(a: Memory, b: Memory) -> bool:
-    """True when two procedure versions say the same thing (a new version would change nothing)."""
-
-    def words(text: str | None) -> str:
-        return " ".join((text or "").split())
-
-    return (
-        words(a.content) == words(b.content)
-        and [words(s) for s in a.steps] == [words(s) for s in b.steps]
-        and [words(c) for c in a.conditions] == [words(c) for c in b.conditions]
-    )
+    """True when two procedure versions say the same thing (a new version would change nothing),
+    however they were written: steps or text, numbered or not, another case of the name."""
+    return definition(a) == definition(b)
 
 
 def find_version(versions: Sequence[Memory], version: int) -> Memory | None:

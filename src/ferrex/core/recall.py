@@ -154,7 +154,7 @@ class RecallMixin(ServiceState):
             base_k=cfg.fused_base_k,
         )
         selected = ordered[:limit]
-        held_back = self._held_back(candidates, stale, limit, boost, cfg.fused_base_k)
+        held = self._held_back(candidates, stale, limit, boost, cfg.fused_base_k)
         truncated = 0
         tokens_used = None
         if request.max_tokens is not None:
@@ -181,13 +181,15 @@ class RecallMixin(ServiceState):
             for partner, against in partners:
                 partner_freshness = assess(partner, now, self.settings.staleness)
                 if partner_freshness.staleness == STALE and not request.include_stale:
-                    continue  # held back like any stale memory; the flag still names it
+                    held.add(partner.id)  # held back like any stale memory; the flag names it
+                    continue
                 extra = self._result(
                     partner, Candidate(partner.id, 0.0, 0), partner_freshness, request.explain, now
                 )
                 extra.update(contradiction=True, contradicts=against, included_as="contradiction")
                 results.append(extra)
         self.access.record([c.memory_id for c in selected])
+        held_back = len(held)
         response: dict[str, Any] = {
             "results": results,
             "count": len(results),
@@ -287,13 +289,13 @@ class RecallMixin(ServiceState):
         limit: int,
         boost: Callable[[Candidate], float],
         base_k: float,
-    ) -> int:
-        """How many stale memories include_stale=true would have put in these results: the
+    ) -> set[str]:
+        """The stale memories include_stale=true would have put in these results: the
         stale candidates within the top ``limit`` of all candidates (fused order with the
         recency boost), not every stale memory the index returned (the dense channel returns
         something for any query)."""
         if not stale:
-            return 0
+            return set()
         # Copies in fused order: ordering writes scores into the candidates it ranks.
         pool = sorted(
             (replace(c, rerank_score=None) for c in [*candidates, *stale]),
@@ -303,7 +305,7 @@ class RecallMixin(ServiceState):
             pool, rerank_top_n=0, rerank=None, boost_of=boost, base_k=base_k
         )
         stale_ids = {c.memory_id for c in stale}
-        return sum(1 for c in everything[:limit] if c.memory_id in stale_ids)
+        return {c.memory_id for c in everything[:limit] if c.memory_id in stale_ids}
 
     def _result(
         self,

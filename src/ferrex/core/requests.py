@@ -127,12 +127,14 @@ class StoreRequest(_Request):
     namespace: str | None = None
     timestamp: datetime | None = None
     t_valid: datetime | None = None
+    t_invalid: datetime | None = None
     name: str | None = None
     conditions: list[str] | None = None
     steps: list[str] | None = None
     multi_valued: StrictBool = False
     pinned: StrictBool = False
     rollback_to: StrictInt | None = Field(default=None, ge=1, le=MAX_VERSION)
+    version: StrictInt | None = Field(default=None, ge=1, le=MAX_VERSION)
 
     @field_validator("type", mode="before")
     @classmethod
@@ -215,7 +217,7 @@ class StoreRequest(_Request):
     def _ns(cls, value: Any) -> Any:
         return None if value is None else _namespace(value)
 
-    @field_validator("timestamp", "t_valid", mode="before")
+    @field_validator("timestamp", "t_valid", "t_invalid", mode="before")
     @classmethod
     def _when(cls, value: Any, info: ValidationInfo) -> Any:
         return None if value is None else _timestamp(value, str(info.field_name))

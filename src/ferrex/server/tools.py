@@ -123,6 +123,11 @@ STORE_INPUT: dict[str, Any] = {
             "type": "string",
             "description": "ISO-8601 time a fact became true (semantic); defaults to now",
         },
+        "t_invalid": {
+            "type": ["string", "null"],
+            "description": "ISO-8601 time a fact stopped being true (semantic): stores it as "
+            "history. Omit (or null) for a fact that is true now",
+        },
         "name": {
             "type": "string",
             "description": "Procedure name (procedural); a known name creates a new version",
@@ -138,6 +143,12 @@ STORE_INPUT: dict[str, Any] = {
             "type": "integer",
             "minimum": 1,
             "description": "With name: store a new version equal to this older version",
+        },
+        "version": {
+            "type": "integer",
+            "minimum": 1,
+            "description": "Informational: ferrex numbers versions itself (a known name gets "
+            "the next version); the response says which version was stored",
         },
     },
     "additionalProperties": False,
