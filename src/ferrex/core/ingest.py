@@ -263,7 +263,10 @@ class IngestMixin(ServiceState):
             )
         if request.rollback_to is not None and memory_type is not MemoryType.PROCEDURAL:
             raise FerrexError(
-                errors.INVALID_PARAMS, "store: rollback_to applies to procedural memories only"
+                errors.INVALID_PARAMS,
+                "store: rollback_to applies to procedural memories only (give type "
+                "'procedural' and the procedure's name)",
+                field="rollback_to",
             )
 
     # ------------------------------------------------------------------ commit

@@ -10,7 +10,8 @@ import json
 import math
 import re
 from datetime import datetime
-from typing import Any, Literal, TypeVar
+from types import UnionType
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -382,9 +383,47 @@ def parse(model: type[R], arguments: Any, limits: LimitsConfig, tool: str) -> R:
     if not isinstance(arguments, dict):
         raise FerrexError(errors.INVALID_PARAMS, f"{tool}: arguments must be a JSON object")
     try:
-        return model.model_validate(arguments, context={"limits": limits})
+        return model.model_validate(_lenient(model, arguments), context={"limits": limits})
     except ValidationError as exc:
         raise _to_error(exc, model, tool) from None
+
+
+def _lenient(model: type[_Request], arguments: dict[str, Any]) -> dict[str, Any]:
+    """JSON leniencies every parameter gets alike: ``null`` means "not given" (the default, or
+    "missing" for a required parameter), and an integral number (``5.0``, ``1e2``) is an integer
+    where one is expected, as JSON Schema's ``integer`` allows."""
+    out: dict[str, Any] = {}
+    for key, value in arguments.items():
+        if value is None:
+            continue
+        field = model.model_fields.get(key) if isinstance(key, str) else None
+        if (
+            field is not None
+            and isinstance(value, float)
+            and value.is_integer()
+            and _expects_int(field.annotation)
+        ):
+            value = int(value)
+        out[key] = value
+    return out
+
+
+def _expects_int(annotation: Any) -> bool:
+    """Whether a field's type is an integer (possibly optional or annotated), not a float."""
+    bases: set[Any] = set()
+
+    def collect(kind: Any) -> None:
+        origin = get_origin(kind)
+        if origin is Annotated:
+            collect(get_args(kind)[0])
+        elif origin in (Union, UnionType):
+            for arg in get_args(kind):
+                collect(arg)
+        else:
+            bases.add(kind)
+
+    collect(annotation)
+    return int in bases and float not in bases
 
 
 def _to_error(exc: ValidationError, model: type[_Request], tool: str) -> FerrexError:
@@ -403,7 +442,10 @@ def _to_error(exc: ValidationError, model: type[_Request], tool: str) -> FerrexE
             f"{tool}: unknown parameter '{location[:60]}'; valid parameters: {allowed}",
             field=location[:60],
         )
+    message = message.removeprefix(f"{location}: ")
     code = errors.INVALID_PARAMS
+    if location == "limit" and kind in {"less_than_equal", "less_than"}:
+        code = errors.TOO_LARGE
     if "unknown memory type" in message:
         code = errors.UNKNOWN_TYPE
     elif "too long" in message or "too large" in message or "at most" in message:
