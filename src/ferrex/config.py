@@ -358,7 +358,7 @@ def env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], list[str]
         if not name.startswith("FERREX_") or name.startswith("FERREX_TEST_"):
             continue
         path = name[len("FERREX_") :].lower().split("__")
-        if path[0] not in top:
+        if path[0] not in top or _names_unknown_key(path):
             unknown.append(name)
             continue
         cursor = data
@@ -366,6 +366,16 @@ def env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], list[str]
             cursor = cursor.setdefault(part, {})
         cursor[path[-1]] = _coerce_env(raw)
     return data, unknown
+
+
+def _names_unknown_key(path: list[str]) -> bool:
+    """True when a nested variable (``FERREX_RETRIEVAL__BOGUS``) names no setting."""
+    probe: dict[str, Any] = {}
+    cursor = probe
+    for part in path[:-1]:
+        cursor = cursor.setdefault(part, {})
+    cursor[path[-1]] = None
+    return any(True for _ in unknown_keys(probe, Settings))
 
 
 def _coerce_env(raw: str) -> Any:
@@ -411,14 +421,25 @@ def load_settings(
         file_data = read_toml(config_path)
         if not explicit_config:
             file_data.pop("data_dir", None)
-    if staleness_path is not None:
-        extra = read_toml(staleness_path)
-        staleness_only = extra.get("staleness", extra)
-        file_data = deep_merge(file_data, {"staleness": staleness_only})
     warnings.extend(
         f"unknown key '{key}' in {config_path} (ignored)"
         for key in unknown_keys(file_data, Settings)
     )
+    if staleness_path is not None:
+        extra = read_toml(staleness_path)
+        staleness_only = extra.get("staleness", extra)
+        if "staleness" in extra:
+            warnings.extend(
+                f"unknown key '{key}' in {staleness_path} (ignored: a --staleness-config file "
+                "holds only [staleness])"
+                for key in extra
+                if key != "staleness"
+            )
+        warnings.extend(
+            f"unknown key '{key}' in {staleness_path} (ignored)"
+            for key in unknown_keys({"staleness": staleness_only}, Settings)
+        )
+        file_data = deep_merge(file_data, {"staleness": staleness_only})
 
     merged = deep_merge(deep_merge(file_data, env_data), _nest(cli))
     try:
