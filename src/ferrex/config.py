@@ -449,6 +449,34 @@ def load_settings(
     return settings, warnings
 
 
+def model_path_problem(path: Path | None) -> str | None:
+    """What is wrong with ``--model-path`` (``model_path``), or None when it looks usable.
+
+    Checked at start-up so a typo fails fast with one line instead of an unusable server. The
+    message names the directory: it is for the operator (stderr), never sent to an agent.
+    """
+    if path is None:
+        return None
+    hint = (
+        "point it at a directory holding model.onnx and the tokenizer files (tokenizer.json, "
+        "config.json, special_tokens_map.json, tokenizer_config.json), or drop the flag"
+    )
+    if not path.exists():
+        return f"--model-path {path} does not exist; {hint}"
+    if not path.is_dir():
+        return f"--model-path {path} is not a directory; {hint}"
+    try:
+        has_onnx = any(path.glob("*.onnx")) or any(path.glob("*/*.onnx"))
+        has_tokenizer = (path / "tokenizer.json").is_file()
+    except OSError as exc:
+        return f"--model-path {path} cannot be read ({exc.strerror or exc}); {hint}"
+    if not has_onnx:
+        return f"no ONNX model in --model-path {path}; {hint}"
+    if not has_tokenizer:
+        return f"no tokenizer.json in --model-path {path}; {hint}"
+    return None
+
+
 def _nest(flat: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in flat.items():
