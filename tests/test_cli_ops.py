@@ -281,6 +281,11 @@ def test_rebuild_index_to_a_model_that_cannot_load_changes_nothing(
     assert message.startswith("error: cannot rebuild with --model-tier mid: ")
     assert "BAAI/bge-small-en-v1.5" in message and "Nothing was changed" in message
     assert "Traceback" not in done.stderr
+    # The cause is a model that is not cached with no network; the offline extra IS installed
+    # (and the PyPI project named ferrex is another program: never `pip install ferrex[...]`).
+    assert "not in the local model cache and cannot be downloaded" in message
+    assert "ferrex[offline]" not in message and "install" not in message
+    assert "--model-tier small" in message
     assert digest(store) == before  # still pinned, no rebuild pending
     assert index_point_ids(store) == points
     report = doctor(store, models_dir)
@@ -478,3 +483,144 @@ def test_import_shows_progress(store: Path, models_dir: Path, tmp_path: Path) ->
     done = cli(tmp_path / "fresh", models_dir, "import", str(exported))
     assert "importing: 150/150" in done.stderr and "100%" in done.stderr
     assert "imported 150 memories" in done.stderr
+
+
+# =========================================================================== failures, one line
+
+
+@pytest.fixture(scope="module")
+def pinned(tmp_path_factory: pytest.TempPathFactory, models_dir: Path) -> Path:
+    """An empty store pinned to all-MiniLM-L6-v2 (the small tier), plus a header-only export."""
+    data_dir = tmp_path_factory.mktemp("pinned") / "store"
+    cli(data_dir, models_dir, "--model-tier", "small", "doctor", "--json")
+    cli(data_dir, models_dir, "export", "-o", str(data_dir.parent / "header-only.jsonl"))
+    return data_dir
+
+
+def one_error_line(done: subprocess.CompletedProcess[str]) -> str:
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("error: "), line
+    return line
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("doctor",), ("doctor", "--json"), ("doctor", "--repair"), ("export",), ("import", "FILE")],
+)
+def test_operator_commands_on_a_store_of_another_model_are_a_one_line_error(
+    pinned: Path, models_dir: Path, command: tuple[str, ...]
+) -> None:
+    before = digest(pinned)
+    args = [str(pinned.parent / "header-only.jsonl") if a == "FILE" else a for a in command]
+    done = cli(pinned, models_dir, "--model-tier", "mid", *args, check=2)
+    line = one_error_line(done)
+    assert MINILM in line and "BAAI/bge-small-en-v1.5" in line and "rebuild-index" in line
+    if "--json" in command:  # doctor still answers with a report a script can read
+        report = json.loads(done.stdout)
+        assert report["ok"] is False and report["error"]["code"] == "model_mismatch"
+    else:
+        assert done.stdout == ""
+    assert digest(pinned) == before
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+def test_doctor_reports_an_unreadable_database(
+    tmp_path: Path, models_dir: Path, as_json: bool
+) -> None:
+    data_dir = tmp_path / "corrupt"
+    data_dir.mkdir(mode=0o700)
+    (data_dir / "ferrex.db").write_text("garbage\n", encoding="utf-8")
+    done = cli(data_dir, models_dir, "doctor", *(["--json"] if as_json else []), check=2)
+    line = one_error_line(done)
+    assert "ferrex.db" in line and "not a database" in line
+    if as_json:
+        report = json.loads(done.stdout)
+        assert report["ok"] is False and report["error"]["code"] == "database_unreadable"
+        assert "not a database" in report["error"]["message"]
+
+
+@pytest.mark.parametrize("case", ["directory", "not-utf8", "empty"])
+def test_an_unreadable_import_file_is_a_one_line_error(
+    pinned: Path, models_dir: Path, tmp_path: Path, case: str
+) -> None:
+    source = tmp_path / "in.jsonl"
+    if case == "directory":
+        source = tmp_path
+    elif case == "not-utf8":
+        source.write_bytes(b'{"kind": "header", "format": "ferrex-export\xff\xfe"}\n')
+    else:
+        source.write_bytes(b"")
+    before = digest(pinned)
+    line = one_error_line(cli(pinned, models_dir, "import", str(source), check=2))
+    expected = {
+        "directory": "is a directory",
+        "not-utf8": "is not UTF-8 text",
+        "empty": "the header line is missing; nothing was imported",
+    }[case]
+    assert expected in line, line
+    assert digest(pinned) == before
+
+
+@pytest.mark.parametrize("target", ["missing-dir", "directory"])
+def test_an_unwritable_export_target_is_a_one_line_error(
+    pinned: Path, models_dir: Path, tmp_path: Path, target: str
+) -> None:
+    output = tmp_path / "no" / "such" / "x.jsonl" if target == "missing-dir" else tmp_path
+    line = one_error_line(cli(pinned, models_dir, "export", "-o", str(output), check=2))
+    assert str(output) in line or str(output.parent) in line
+    assert ("does not exist" if target == "missing-dir" else "is a directory") in line
+
+
+def unusable_model_dirs(tmp_path: Path) -> dict[str, Path]:
+    empty = tmp_path / "empty-model"
+    empty.mkdir()
+    return {"missing": tmp_path / "no-such-model", "empty": empty}
+
+
+@pytest.mark.parametrize("kind", ["missing", "empty"])
+@pytest.mark.parametrize("command", [(), ("export",), ("rebuild-index",)])
+def test_a_bad_model_path_fails_fast_with_one_line(
+    pinned: Path, models_dir: Path, tmp_path: Path, kind: str, command: tuple[str, ...]
+) -> None:
+    model_path = unusable_model_dirs(tmp_path)[kind]
+    done = subprocess.run(
+        [ferrex_command(), "--data-dir", str(pinned), "--model-path", str(model_path), *command],
+        env={**os.environ, "FERREX_MODELS_DIR": str(models_dir), "FERREX_OFFLINE": "1"},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    line = one_error_line(done)
+    assert f"--model-path {model_path}" in line and "model.onnx" in line
+    assert ("does not exist" if kind == "missing" else "no ONNX model") in line
+    assert done.stdout == ""
+
+
+@pytest.mark.parametrize("kind", ["missing", "empty"])
+def test_doctor_reports_a_bad_model_path_as_a_failed_check(
+    pinned: Path, models_dir: Path, tmp_path: Path, kind: str
+) -> None:
+    model_path = str(unusable_model_dirs(tmp_path)[kind])
+    report = doctor(pinned, models_dir, "--model-path", model_path, check=1)
+    assert report["ok"] is False and report["model"]["available"] is False
+    assert f"--model-path {model_path}" in report["model"]["error"]
+    done = cli(pinned, models_dir, "doctor", "--model-path", model_path, check=1)
+    assert "[FAIL] embedding model: pinned" in done.stdout and model_path in done.stdout
+    assert "Traceback" not in done.stderr
+
+
+def test_the_model_unavailable_hint_installs_this_checkout_not_the_pypi_ferrex(
+    models_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the offline extra the hint points at this checkout (the README's install form)."""
+    import ferrex.embed.embedder as embedder_module
+    from ferrex.embed.embedder import FastEmbedEmbedder
+
+    monkeypatch.setattr(embedder_module, "bundled_model_available", lambda: False)
+    for tier in ("small", "mid"):
+        message = FastEmbedEmbedder(tier, models_dir, offline=True)._unavailable_message()
+        assert "pip install '<path to this checkout>[offline]'" in message, message
+        assert "README" in message and "ferrex[offline]" not in message

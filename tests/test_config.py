@@ -88,6 +88,53 @@ def test_unknown_keys_warn(tmp_path: Path) -> None:
     assert settings.namespace == "default"
 
 
+def test_unknown_nested_environment_keys_warn_like_top_level_ones() -> None:
+    settings, warnings = load_settings(
+        cli={},
+        environ={
+            "FERREX_BOGUS": "1",
+            "FERREX_RETRIEVAL__BOGUS": "1",
+            "FERREX_STALENESS__DEFAULTS__EPISODIC__FRESHNESS": "3",
+            "FERREX_RETRIEVAL__RRF_K": "7",
+            "FERREX_STALENESS__NAMESPACES__CI__EPISODIC__FRESH": "1",
+            "FERREX_STALENESS__NAMESPACES__CI__EPISODIC__AGING": "2",
+            "FERREX_STALENESS__NAMESPACES__CI__EPISODIC__STALE": "3",
+        },
+    )
+    assert sorted(warnings) == [
+        f"unknown environment variable {name} (ignored)"
+        for name in (
+            "FERREX_BOGUS",
+            "FERREX_RETRIEVAL__BOGUS",
+            "FERREX_STALENESS__DEFAULTS__EPISODIC__FRESHNESS",
+        )
+    ]
+    assert settings.retrieval.rrf_k == 7
+    assert settings.staleness.thresholds("ci", "episodic").stale == 3
+
+
+def test_unknown_staleness_keys_name_the_staleness_file(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"  # no ferrex.toml there
+    staleness = _write(
+        tmp_path / "staleness.toml",
+        "[staleness.defaults]\nepisodc = { fresh = 1, aging = 2, stale = 3 }\n"
+        "[retrieval]\nrrf_k = 3\n",
+    )
+    _, warnings = load_settings(
+        cli={"data_dir": str(data_dir)}, environ={}, staleness_path=staleness
+    )
+    assert len(warnings) == 2, warnings
+    assert all(str(staleness) in w for w in warnings), warnings
+    assert not any("ferrex.toml" in w for w in warnings), warnings
+    assert any("'staleness.defaults.episodc'" in w for w in warnings)
+    assert any("'retrieval'" in w and "only [staleness]" in w for w in warnings)
+    # The same keys in the config file are still reported against the config file.
+    config = _write(tmp_path / "c.toml", "[staleness.weights]\nagee = 1\n")
+    _, warnings = load_settings(cli={}, environ={}, config_path=config, staleness_path=staleness)
+    assert any(str(config) in w and "staleness.weights.agee" in w for w in warnings)
+    assert sum(str(staleness) in w for w in warnings) == 2
+
+
 @pytest.mark.parametrize(
     "content",
     [

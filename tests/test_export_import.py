@@ -266,6 +266,20 @@ def test_importing_twice_reports_duplicates_and_changes_nothing(
     assert sqlite_digest(target / "ferrex.db") == before
 
 
+def test_the_header_dimension_is_an_integer_and_old_string_headers_still_import(
+    exported: tuple[Path, Path, list[dict[str, Any]]], tmp_path: Path, models_dir: Path
+) -> None:
+    _, _, records = exported
+    header = records[0]
+    assert header["model"]["dimension"] == 384  # an integer, not "384"
+    old = [{**header, "model": {**header["model"], "dimension": "384"}}, *records[1:]]
+    old_file = tmp_path / "old.jsonl"
+    old_file.write_text("".join(json.dumps(r) + "\n" for r in old), encoding="utf-8")
+    memories = sum(1 for r in records if r["kind"] == "memory")
+    done = run_cli(tmp_path / "from-old", models_dir, "import", str(old_file))
+    assert f"imported {memories} memories" in done.stderr
+
+
 def test_export_of_one_namespace(
     exported: tuple[Path, Path, list[dict[str, Any]]], tmp_path: Path, models_dir: Path
 ) -> None:
@@ -282,6 +296,16 @@ def test_export_of_one_namespace(
     with closing(sqlite3.connect(f"file:{target / 'ferrex.db'}?mode=ro", uri=True)) as conn:
         namespaces = dict(conn.execute("SELECT namespace, COUNT(*) FROM memories GROUP BY 1"))
     assert namespaces == {"team-b": len(memories)}
+
+
+def test_an_empty_export_file_is_refused_like_one_without_a_header() -> None:
+    from ferrex.core.errors import FerrexError
+    from ferrex.core.export_format import check_records
+
+    for records in ([], [{"kind": "memory"}]):
+        with pytest.raises(FerrexError) as info:
+            check_records(records)
+        assert "the header line is missing; nothing was imported" in info.value.message
 
 
 def test_entity_records_with_malformed_aliases_are_rejected_before_any_write() -> None:

@@ -453,3 +453,75 @@ def test_clean_shutdown_and_stdout_is_only_protocol(
     finally:
         again.kill()
         again.wait()
+
+
+def test_a_model_path_that_cannot_load_is_model_unavailable_without_paths_or_tracebacks(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    """A --model-path that passes the start-up check (model.onnx and tokenizer.json exist) but
+    does not load: every tool that needs the model answers ``model_unavailable`` with what to
+    do and no filesystem path; the background warm-up logs one line, no traceback."""
+    import json
+
+    from tests.test_wire import INITIALIZE
+
+    broken = tmp_path / "broken-model-dir"
+    broken.mkdir()
+    (broken / "model.onnx").write_bytes(b"not an onnx model")
+    (broken / "tokenizer.json").write_text("{}", encoding="utf-8")
+    data = tmp_path / "d"
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "FERREX_HOME": str(data),
+        "FERREX_MODELS_DIR": str(models_dir),
+        "FERREX_OFFLINE": "1",
+        "FERREX_LOG": "warning",
+    }
+    process = subprocess.Popen(
+        [ferrex_command(), "--model-tier", "small", "--model-path", str(broken)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    calls = [("store", {"content": "hello with a broken model dir"}), ("recall", {"query": "x"})]
+    try:
+        assert process.stdin is not None and process.stdout is not None
+        messages: list[dict] = [
+            INITIALIZE,
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        ]
+        for number, (tool, arguments) in enumerate([*calls, ("stats", {})], start=2):
+            params = {"name": tool, "arguments": arguments}
+            messages.append(
+                {"jsonrpc": "2.0", "id": number, "method": "tools/call", "params": params}
+            )
+        process.stdin.write("".join(json.dumps(m) + "\n" for m in messages))
+        process.stdin.flush()
+        replies = {}
+        while len(replies) < 4:
+            line = process.stdout.readline()
+            assert line, "server closed stdout early"
+            reply = json.loads(line)
+            replies[reply["id"]] = reply
+        process.stdin.close()
+        process.wait(timeout=20)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    for number in (2, 3):
+        result = replies[number]["result"]
+        assert result["isError"] is True
+        error = result["structuredContent"]["error"]
+        assert error["code"] == "model_unavailable", error
+        assert "--model-path" in error["message"] and "model.onnx" in error["message"]
+        assert str(tmp_path) not in json.dumps(result)
+    stats = replies[4]["result"]["structuredContent"]
+    assert any("--model-path" in w for w in stats["warnings"]), stats
+    assert str(tmp_path) not in json.dumps(stats)
+    assert process.stderr is not None
+    stderr = process.stderr.read()
+    assert "Traceback" not in stderr and "internal error" not in stderr
+    assert stderr.count("start-up failed") == 1, stderr

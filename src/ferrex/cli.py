@@ -10,20 +10,33 @@ ferrex import FILE                    restore an export
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
+import sqlite3
 import sys
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import anyio
+import structlog
 
 from ferrex import __version__
-from ferrex.config import ConfigError, Settings, load_settings
+from ferrex.config import ConfigError, Settings, load_settings, model_path_problem
 from ferrex.logs import configure
 
 IMPORT_BATCH = 500  # memories per import call (each call is one engine request)
+
+
+class CliError(Exception):
+    """An operator command failed: ``main`` prints ``error: <message>`` and exits with 2."""
+
+    def __init__(self, message: str, code: str = "error") -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
 
 _TIERS = ["small", "mid", "best", "best-large", "multilingual"]
 _RERANKERS = ["default", "multilingual", "v2-m3", "v2-m3-int8", "turbo", "tiny", "ms-marco"]
@@ -161,6 +174,12 @@ def _settings(args: argparse.Namespace) -> tuple[Settings, bool]:
     return settings, "model_tier" in settings.model_fields_set
 
 
+def _fail(message: str) -> int:
+    sys.stderr.write(f"error: {message}\n")
+    sys.stderr.flush()
+    return 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -185,16 +204,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         except QdrantUnreachableError as exc:
             print(str(exc), file=sys.stderr, flush=True)
             return 2
-    if command == "serve":
-        return _serve(settings, explicit_tier)
-    if command == "doctor":
-        return _doctor(settings, explicit_tier, as_json=args.json, repair=args.repair)
-    if command == "rebuild-index":
-        return _rebuild(settings, explicit_tier)
-    if command == "export":
-        return _export(settings, explicit_tier, args.output, getattr(args, "namespace", None))
-    if command == "import":
-        return _import(settings, explicit_tier, args.file, args.batch)
+    problem = model_path_problem(settings.model_path)
+    if problem and command != "doctor":  # doctor reports it as a failed check instead
+        return _fail(problem)
+    try:
+        if command == "serve":
+            return _serve(settings, explicit_tier)
+        if command == "doctor":
+            return _doctor(settings, explicit_tier, as_json=args.json, repair=args.repair)
+        if command == "rebuild-index":
+            return _rebuild(settings, explicit_tier)
+        if command == "export":
+            return _export(settings, explicit_tier, args.output, getattr(args, "namespace", None))
+        if command == "import":
+            return _import(settings, explicit_tier, args.file, args.batch)
+    except CliError as exc:
+        return _fail(exc.message)
     parser.error(f"unknown command {command}")
     return 2
 
@@ -228,9 +253,11 @@ def _operate(settings: Settings, explicit_tier: bool, op: str, arguments: dict[s
 
 
 def _session(settings: Settings, explicit_tier: bool, work: Callable[[Any], Awaitable[Any]]) -> Any:
-    """Run ``work(backend)`` against this data dir's engine (started here or already running)."""
-    from ferrex.core.errors import FerrexError
+    """Run ``work(backend)`` against this data dir's engine (started here or already running).
 
+    Any failure (a refusal such as a model mismatch, an unreadable database, ...) becomes a
+    ``CliError`` with one line to show, whether or not a task group wrapped it.
+    """
     backend = _backend(settings, explicit_tier)
 
     async def go() -> Any:
@@ -245,13 +272,58 @@ def _session(settings: Settings, explicit_tier: bool, work: Callable[[Any], Awai
 
     try:
         return anyio.run(go)
-    except FerrexError as exc:
-        print(f"error: {exc.message}", file=sys.stderr)
-        raise SystemExit(2) from None
+    except Exception as exc:
+        raise _cli_error(exc, settings) from None
+
+
+def _first_failure(exc: BaseException) -> BaseException:
+    """The first real exception inside (possibly nested) exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _cli_error(exc: BaseException, settings: Settings) -> CliError:
+    """One line for the operator saying what failed and what to do (no traceback)."""
+    from ferrex.core.errors import FerrexError
+
+    failure = _first_failure(exc)
+    if isinstance(failure, FerrexError):
+        return CliError(failure.message, failure.code)
+    if isinstance(failure, sqlite3.DatabaseError):
+        return CliError(
+            f"cannot read the store database {settings.db_path} ({failure}); restore it from a "
+            "backup, or move it away and `ferrex import` an export into a fresh data dir",
+            "database_unreadable",
+        )
+    if isinstance(failure, OSError):
+        where = f" ({failure.filename})" if failure.filename else ""
+        return CliError(f"{failure.strerror or failure}{where}", "os_error")
+    structlog.get_logger("ferrex.cli").debug("operator command failed", exc_info=failure)
+    return CliError(
+        f"unexpected failure: {type(failure).__name__}: {str(failure)[:300]} "
+        "(run with --log-level debug for the traceback)",
+        "internal_error",
+    )
 
 
 def _doctor(settings: Settings, explicit_tier: bool, *, as_json: bool, repair: bool) -> int:
-    report = _operate(settings, explicit_tier, "doctor", {"repair": repair})
+    try:
+        report = _operate(settings, explicit_tier, "doctor", {"repair": repair})
+    except CliError as exc:
+        if as_json:  # a report a script can read, even when the store cannot be opened
+            failed = {
+                "ok": False,
+                "in_agreement": None,
+                "data_dir": str(settings.data_dir),
+                "error": {"code": exc.code, "message": exc.message},
+            }
+            sys.stdout.write(json.dumps(failed, indent=2, sort_keys=True) + "\n")
+        raise
+    problem = model_path_problem(settings.model_path)
+    model = report.get("model")
+    if problem and isinstance(model, dict) and not model.get("available"):
+        model["error"] = problem  # the operator may see the directory (the agent never does)
     if as_json:
         sys.stdout.write(json.dumps(report, indent=2, sort_keys=True) + "\n")
     else:
@@ -355,9 +427,8 @@ def _rebuild(settings: Settings, explicit_tier: bool) -> int:
             result = rebuild(service, _progress("rebuilding index"), repin=explicit_tier)
         finally:
             service.close()
-    except FerrexError as exc:
-        print(f"error: {exc.message}", file=sys.stderr)
-        return 2
+    except Exception as exc:
+        raise _cli_error(exc, settings) from None
     finally:
         lock.release()
     print(json.dumps(result), file=sys.stderr)
@@ -388,21 +459,35 @@ def _unpin_for_rebuild(settings: Settings, embedder: Any) -> None:
         meta.close()
 
 
+def _check_output(output: str) -> None:
+    """Refuse an unusable ``-o FILE`` before the export runs (and before anything is written)."""
+    target = Path(output).expanduser()
+    if target.is_dir():
+        raise CliError(f"{output} is a directory; pass -o FILE with a file name")
+    parent = target.parent
+    if not parent.is_dir():
+        raise CliError(f"cannot write {output}: the directory {parent} does not exist")
+    if not os.access(parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise CliError(f"cannot write {output}: permission denied")
+
+
 def _export(
     settings: Settings, explicit_tier: bool, output: str | None, namespace: str | None
 ) -> int:
-    explicit_namespace = namespace if namespace is not None else None
-    lines = _operate(settings, explicit_tier, "export", {"namespace": explicit_namespace})
-    handle = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
-    try:
-        for record in lines:
-            handle.write(json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n")
-    finally:
-        if output:
-            handle.close()
-    print(
-        f"exported {sum(1 for r in lines if r.get('kind') == 'memory')} memories", file=sys.stderr
-    )
+    if output:
+        _check_output(output)
+    lines = _operate(settings, explicit_tier, "export", {"namespace": namespace})
+    text = "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in lines)
+    if output:
+        try:
+            Path(output).expanduser().write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise CliError(f"cannot write {output}: {exc.strerror or exc}") from None
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    count = sum(1 for r in lines if r.get("kind") == "memory")
+    sys.stderr.write(f"exported {count} memories\n")
     return 0
 
 
@@ -435,38 +520,56 @@ def _import_batches(
     return result
 
 
-def _read_records(path: str) -> Iterable[dict[str, Any]]:
-    handle = sys.stdin if path == "-" else open(path, encoding="utf-8")  # noqa: SIM115
+def _read_records(path: str) -> list[dict[str, Any]]:
+    """Every record of an export file (``-`` for stdin); a ``CliError`` for an unreadable one."""
+    name = "standard input" if path == "-" else path
+    try:
+        if path == "-":
+            handle: TextIO = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8")
+        else:
+            if Path(path).is_dir():
+                raise CliError(
+                    f"{path} is a directory; pass an export file written by `ferrex export`"
+                )
+            handle = open(path, encoding="utf-8")  # noqa: SIM115
+    except FileNotFoundError:
+        raise CliError(f"no such file: {path}") from None
+    except OSError as exc:
+        raise CliError(f"cannot read {path}: {exc.strerror or exc}") from None
+    records: list[dict[str, Any]] = []
+    number = 0
     try:
         for number, line in enumerate(handle, start=1):
             if line.strip():
                 try:
-                    yield json.loads(line)
+                    records.append(json.loads(line))
                 except json.JSONDecodeError as exc:
-                    raise SystemExit(
-                        f"error: line {number} of {path} is not JSON: {exc.msg}"
+                    raise CliError(
+                        f"line {number} of {name} is not JSON ({exc.msg}); nothing was imported"
                     ) from None
+    except UnicodeDecodeError:
+        raise CliError(
+            f"{name} is not UTF-8 text: not a ferrex export file; nothing was imported"
+        ) from None
+    except OSError as exc:
+        raise CliError(f"cannot read {path}: {exc.strerror or exc}") from None
     finally:
         if path != "-":
             handle.close()
+    return records
 
 
 def _import(settings: Settings, explicit_tier: bool, path: str, batch: int) -> int:
-    if path != "-" and not os.path.exists(path):
-        print(f"error: no such file: {path}", file=sys.stderr)
-        return 2
     from ferrex.core.errors import FerrexError
     from ferrex.core.export_format import check_records
 
-    records = list(_read_records(path))
+    if batch < 1:
+        raise CliError("--batch must be at least 1")
+    records = _read_records(path)
     try:
         check_records(records)  # a bad file imports nothing: check every line first
     except FerrexError as exc:
-        print(f"error: {exc.message}", file=sys.stderr)
-        return 2
-    if batch < 1:
-        print("error: --batch must be at least 1", file=sys.stderr)
-        return 2
+        raise CliError(exc.message, exc.code) from None
     result = _import_batches(settings, explicit_tier, records, batch)
     print(
         f"imported {result['imported']} memories; {len(result['duplicates'])} already present "

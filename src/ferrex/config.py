@@ -358,7 +358,7 @@ def env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], list[str]
         if not name.startswith("FERREX_") or name.startswith("FERREX_TEST_"):
             continue
         path = name[len("FERREX_") :].lower().split("__")
-        if path[0] not in top:
+        if path[0] not in top or _names_unknown_key(path):
             unknown.append(name)
             continue
         cursor = data
@@ -366,6 +366,16 @@ def env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], list[str]
             cursor = cursor.setdefault(part, {})
         cursor[path[-1]] = _coerce_env(raw)
     return data, unknown
+
+
+def _names_unknown_key(path: list[str]) -> bool:
+    """True when a nested variable (``FERREX_RETRIEVAL__BOGUS``) names no setting."""
+    probe: dict[str, Any] = {}
+    cursor = probe
+    for part in path[:-1]:
+        cursor = cursor.setdefault(part, {})
+    cursor[path[-1]] = None
+    return any(True for _ in unknown_keys(probe, Settings))
 
 
 def _coerce_env(raw: str) -> Any:
@@ -411,14 +421,25 @@ def load_settings(
         file_data = read_toml(config_path)
         if not explicit_config:
             file_data.pop("data_dir", None)
-    if staleness_path is not None:
-        extra = read_toml(staleness_path)
-        staleness_only = extra.get("staleness", extra)
-        file_data = deep_merge(file_data, {"staleness": staleness_only})
     warnings.extend(
         f"unknown key '{key}' in {config_path} (ignored)"
         for key in unknown_keys(file_data, Settings)
     )
+    if staleness_path is not None:
+        extra = read_toml(staleness_path)
+        staleness_only = extra.get("staleness", extra)
+        if "staleness" in extra:
+            warnings.extend(
+                f"unknown key '{key}' in {staleness_path} (ignored: a --staleness-config file "
+                "holds only [staleness])"
+                for key in extra
+                if key != "staleness"
+            )
+        warnings.extend(
+            f"unknown key '{key}' in {staleness_path} (ignored)"
+            for key in unknown_keys({"staleness": staleness_only}, Settings)
+        )
+        file_data = deep_merge(file_data, {"staleness": staleness_only})
 
     merged = deep_merge(deep_merge(file_data, env_data), _nest(cli))
     try:
@@ -426,6 +447,34 @@ def load_settings(
     except ValidationError as exc:
         raise ConfigError(_describe_validation(exc)) from exc
     return settings, warnings
+
+
+def model_path_problem(path: Path | None) -> str | None:
+    """What is wrong with ``--model-path`` (``model_path``), or None when it looks usable.
+
+    Checked at start-up so a typo fails fast with one line instead of an unusable server. The
+    message names the directory: it is for the operator (stderr), never sent to an agent.
+    """
+    if path is None:
+        return None
+    hint = (
+        "point it at a directory holding model.onnx and the tokenizer files (tokenizer.json, "
+        "config.json, special_tokens_map.json, tokenizer_config.json), or drop the flag"
+    )
+    if not path.exists():
+        return f"--model-path {path} does not exist; {hint}"
+    if not path.is_dir():
+        return f"--model-path {path} is not a directory; {hint}"
+    try:
+        has_onnx = any(path.glob("*.onnx")) or any(path.glob("*/*.onnx"))
+        has_tokenizer = (path / "tokenizer.json").is_file()
+    except OSError as exc:
+        return f"--model-path {path} cannot be read ({exc.strerror or exc}); {hint}"
+    if not has_onnx:
+        return f"no ONNX model in --model-path {path}; {hint}"
+    if not has_tokenizer:
+        return f"no tokenizer.json in --model-path {path}; {hint}"
+    return None
 
 
 def _nest(flat: Mapping[str, Any]) -> dict[str, Any]:

@@ -37,10 +37,18 @@ class _Record(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=False)
 
 
+class HeaderModel(_Record):
+    name: str | None = None
+    # An integer; files exported by earlier builds carry it as a string ("384"): accepted.
+    dimension: int | None = Field(default=None, ge=0)
+    variant: str | None = None
+
+
 class HeaderRecord(_Record):
     kind: Literal["header"]
     format: Literal["ferrex-export"]
     version: int = Field(ge=1, le=EXPORT_VERSION)
+    model: HeaderModel | None = None
 
 
 class AliasRecord(_Record):
@@ -124,6 +132,12 @@ _MODELS: dict[str, type[_Record]] = {
 def check_records(records: Sequence[Any]) -> None:
     """Raise one clear ``invalid_params`` error naming the first bad line; return when every
     line is a valid record and the first one is the header."""
+    if not records:  # an empty file is not an export (every export starts with its header)
+        raise FerrexError(
+            errors.INVALID_PARAMS,
+            "not a ferrex export file: the file is empty, the header line is missing; "
+            "nothing was imported",
+        )
     entities: set[int] = set()
     for number, record in enumerate(records, start=1):
         if not isinstance(record, dict):

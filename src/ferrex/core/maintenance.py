@@ -188,7 +188,7 @@ def export_lines(service: MemoryService, namespace: str | None = None) -> Iterat
         "namespace": namespace,
         "model": {
             "name": meta.get_meta(PIN_NAME),
-            "dimension": meta.get_meta(PIN_DIMENSION),
+            "dimension": int(meta.get_meta(PIN_DIMENSION) or 0) or None,
             "variant": meta.get_meta(PIN_VARIANT),
         },
     }

