@@ -472,7 +472,26 @@ def ingest_locomo(
             items.append(item)
             owners.append((conv, turn))
     start = time.perf_counter()
-    results = service.store_many(items, batch=args.batch)
+    if args.ingest_clock == "session":
+        # As an agent would: each session is stored when it happens (created_at = the session
+        # date, so a memory's age is its session's age), then every question is asked at NOW.
+        results = []
+        position = 0
+        while position < len(items):
+            date = owners[position][1].date
+            end = position
+            while (
+                end < len(items)
+                and owners[end][1].date == date
+                and owners[end][0] is owners[position][0]
+            ):
+                end += 1
+            service.clock = lambda moment=date: moment
+            results.extend(service.store_many(items[position:end], batch=args.batch))
+            position = end
+        service.clock = lambda: NOW
+    else:
+        results = service.store_many(items, batch=args.batch)
     elapsed = time.perf_counter() - start
     stored: dict[str, Stored] = {c.sample_id: Stored({}, {}, []) for c in conversations}
     for (conv, turn), result in zip(owners, results, strict=True):
@@ -1457,6 +1476,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="try the default reranker tier from the model cache",
     )
     parser.add_argument("--batch", type=int, default=256, help="store_many batch size")
+    parser.add_argument(
+        "--ingest-clock",
+        choices=("session", "now"),
+        default="session",
+        help="LoCoMo: store each session at its own date (as a live agent would; default) or "
+        "everything at the fixed NOW",
+    )
     parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument("--label", default=None, help="suffix for the JSON file name")
     parser.add_argument(
