@@ -2,12 +2,15 @@
 
 Proves: the relevance_score half-life math (episodic half-life 30 days: 0.5 at 30, 0.25 at 60;
 slower with access and after validation; 1.0 when pinned; no time decay for semantic facts and
-procedures); under a storage budget (``lifecycle.max_memories`` / ``max_storage_mb``) memories
-are evicted in the spec's priority order (superseded facts past the 180-day retention window;
-stale unreferenced episodic; stale episodic cited as a fact's source; aging episodic by lowest
-relevance) and never active semantic facts, procedures or pinned memories; superseded facts
-past retention go even under budget; every eviction is journaled in the audit log, removed from
-the vector index and counted in detailed stats.
+procedures; counted from creation, not from an episode's event time); under a storage budget
+(``lifecycle.max_memories`` / ``max_storage_mb``) memories are evicted in the spec's priority
+order (superseded facts and episodes past the 180-day retention window; superseded episodes
+within it; stale unreferenced episodic; stale episodic cited as a fact's source; aging episodic
+by lowest relevance) and never active semantic facts, procedures (any version), pinned or fresh
+memories, nor the memories a store just wrote (its answer says how many others it evicted);
+superseded memories past retention go even under budget; every eviction is journaled in the
+audit log, removed from the vector index and counted in detailed stats. Memories are aged by
+moving the clock: an episode's ``timestamp`` does not age it.
 """
 
 from __future__ import annotations
@@ -83,14 +86,22 @@ def test_pinned_memories_and_facts_and_procedures_do_not_decay() -> None:
     assert relevance_score(episode(900, kind="procedural"), NOW, 30.0) == 1.0
 
 
+def test_decay_counts_from_creation_not_from_the_event_time() -> None:
+    """Spec: "exponential decay from creation/last-update time". An event dated 120 days ago
+    but recorded today has not decayed; one recorded 30 days ago has halved."""
+    recorded_today = episode(0)
+    recorded_today.event_time = NOW - timedelta(days=120)
+    assert relevance_score(recorded_today, NOW, 30.0) == 1.0
+    recorded_earlier = episode(30)
+    recorded_earlier.event_time = NOW
+    assert relevance_score(recorded_earlier, NOW, 30.0) == pytest.approx(0.5)
+
+
 def test_configured_half_life_shows_in_reflect(make_service: ServiceFactory) -> None:
-    service = make_service(clock=lambda: NOW, lifecycle={"episodic_half_life_days": 40})
-    stored = service.store(
-        {
-            "content": "the staging cluster ran out of disk during the release",
-            "timestamp": to_iso(NOW - timedelta(days=40)),  # aging: a forget candidate
-        }
-    )
+    clock = MovableClock(NOW)
+    service = make_service(clock=clock, lifecycle={"episodic_half_life_days": 40})
+    stored = service.store({"content": "the staging cluster ran out of disk during the release"})
+    clock.advance(40)  # aging: a forget candidate
     candidates = service.reflect({})["forget_candidates"]
     assert [(c["id"], c["relevance"]) for c in candidates] == [(stored["id"], 0.5)]
 
@@ -104,17 +115,12 @@ def store(service: MemoryService, **arguments: Any) -> str:
     return str(result["id"])
 
 
-def ago(clock: MovableClock, days: float) -> str:
-    return to_iso(clock.current - timedelta(days=days))
-
-
 def build_lifecycle_store(service: MemoryService, clock: MovableClock) -> dict[str, str]:
     """Twelve memories whose fates at T0 + 400 days cover every eviction priority."""
     ids: dict[str, str] = {}
     ids["stale_cited"] = store(
         service,
         content="the team load-tested checkout at 5k requests per second on the old cluster",
-        timestamp=ago(clock, 0),
     )
     ids["citing_fact"] = store(
         service,
@@ -132,34 +138,23 @@ def build_lifecycle_store(service: MemoryService, clock: MovableClock) -> dict[s
         steps=["issue new certs", "reload nginx", "revoke the old certs"],
     )
     ids["pinned"] = store(
-        service,
-        content="the founders decided to never store card numbers",
-        timestamp=ago(clock, 0),
-        pinned=True,
+        service, content="the founders decided to never store card numbers", pinned=True
     )
-    clock.advance(210)
+    clock.advance(210)  # T0 + 210
     ids["new_runtime"] = store(service, subject="api-server", predicate="uses", object="tokio 1.38")
-    clock.advance(90)
+    clock.advance(70)  # T0 + 280: 120 days old at the end
+    ids["stale"] = store(service, content="a fan failed in rack 12 and was replaced by facilities")
+    clock.advance(20)  # T0 + 300
     ids["new_owner"] = store(
         service, subject="billing", predicate="owned_by", object="team borealis"
     )
-    clock.advance(100)  # T0 + 400 days
-    ids["stale"] = store(
-        service,
-        content="a fan failed in rack 12 and was replaced by facilities",
-        timestamp=ago(clock, 120),
-    )
-    ids["aging_old"] = store(
-        service, content="the marketing site moved to a static generator", timestamp=ago(clock, 70)
-    )
-    ids["aging_young"] = store(
-        service,
-        content="we renamed the mobile app to Orbit in the stores",
-        timestamp=ago(clock, 40),
-    )
-    ids["fresh"] = store(
-        service, content="Priya started the on-call rotation this week", timestamp=ago(clock, 5)
-    )
+    clock.advance(30)  # T0 + 330: 70 days old at the end
+    ids["aging_old"] = store(service, content="the marketing site moved to a static generator")
+    clock.advance(30)  # T0 + 360: 40 days old at the end
+    ids["aging_young"] = store(service, content="we renamed the mobile app to Orbit in the stores")
+    clock.advance(35)  # T0 + 395: 5 days old at the end
+    ids["fresh"] = store(service, content="Priya started the on-call rotation this week")
+    clock.advance(5)  # T0 + 400 days
     return ids
 
 
@@ -229,38 +224,100 @@ def test_budget_evicts_in_the_spec_priority_order(make_service: ServiceFactory) 
 
 
 def test_storing_over_budget_evicts_automatically(make_service: ServiceFactory) -> None:
-    service = make_service(clock=lambda: NOW, lifecycle={"max_memories": 3})
-    old = store(
-        service,
-        content="the quarterly offsite took place in Lisbon",
-        timestamp=to_iso(NOW - timedelta(days=200)),
-    )
-    older = store(
-        service,
-        content="the coffee machine on floor 3 was replaced",
-        timestamp=to_iso(NOW - timedelta(days=300)),
-    )
+    clock = MovableClock(NOW - timedelta(days=300))
+    service = make_service(clock=clock, lifecycle={"max_memories": 3})
+    older = store(service, content="the coffee machine on floor 3 was replaced")
+    clock.advance(100)
+    old = store(service, content="the quarterly offsite took place in Lisbon")
+    clock.advance(200)
     fact = store(service, subject="office", predicate="located_in", object="Berlin")
     assert service.meta.count_memories() == 3
-    fresh = store(service, content="the design review for the new search page is on Friday")
-    # One over budget: of the two stale episodes, the least relevant (older) goes first.
+    answer = service.store({"content": "the design review for the new search page is on Friday"})
+    # One over budget: of the two stale episodes, the least relevant (older) goes first, and
+    # the store says so.
+    assert answer["status"] == "stored" and answer["evicted"] == 1
     assert not service.meta.memory_exists(older)
-    assert all(service.meta.memory_exists(i) for i in (old, fact, fresh))
+    assert all(service.meta.memory_exists(i) for i in (old, fact, answer["id"]))
     assert service.stats({"detailed": True})["evictions"]["total"] == 1
+    quiet = service.store({"content": "the lift on floor 2 is being serviced on Monday"})
+    assert quiet["evicted"] == 1  # one more over: the 200-day-old episode goes
+    assert not service.meta.memory_exists(old)
+    assert service.meta.memory_exists(quiet["id"])
+
+
+def test_a_store_never_evicts_what_it_just_wrote(make_service: ServiceFactory) -> None:
+    """Over budget with nothing else evictable, the memory just stored stays (and the answer
+    names no eviction), even where the namespace's thresholds make every episode stale at once
+    (a store answering "stored" must never leave a memory that is already gone)."""
+    staleness = {"namespaces": {"scratch": {"episodic": {"fresh": 0, "aging": 0, "stale": 0}}}}
+    service = make_service(clock=lambda: NOW, staleness=staleness, lifecycle={"max_memories": 1})
+    pinned = service.store({"content": "the founders never store card numbers", "pinned": True})
+    answer = service.store({"content": "the test rig was rebooted", "namespace": "scratch"})
+    assert answer["status"] == "stored" and "evicted" not in answer
+    assert service.meta.memory_exists(answer["id"])
+    assert service.meta.memory_exists(pinned["id"])
+    assert (
+        service.recall({"query": "test rig", "namespace": "scratch", "include_stale": True})[
+            "count"
+        ]
+        == 1
+    )
+    # The next store may evict it (it is stale and over budget), but not itself.
+    second = service.store({"content": "the build cache was wiped", "namespace": "scratch"})
+    assert second["evicted"] == 1
+    assert not service.meta.memory_exists(answer["id"])
+    assert service.meta.memory_exists(second["id"])
+
+
+def test_store_many_never_evicts_its_own_batch(make_service: ServiceFactory) -> None:
+    staleness = {"namespaces": {"scratch": {"episodic": {"fresh": 0, "aging": 0, "stale": 0}}}}
+    service = make_service(clock=lambda: NOW, staleness=staleness, lifecycle={"max_memories": 2})
+    earlier = service.store({"content": "rebooted rack one", "namespace": "scratch"})
+    batch = service.store_many(
+        [{"content": f"rebooted rack {n}", "namespace": "scratch"} for n in ("two", "three")]
+    )
+    assert [b["status"] for b in batch] == ["stored", "stored"]
+    assert batch[-1]["evicted"] == 1 and "evicted" not in batch[0]
+    assert not service.meta.memory_exists(earlier["id"])
+    assert all(service.meta.memory_exists(b["id"]) for b in batch)
+
+
+def test_an_old_event_recorded_today_is_fresh_recalled_and_kept(
+    make_service: ServiceFactory,
+) -> None:
+    """Age counts from creation: an episode stored today about something 120 days ago is a
+    fresh memory (its timestamp still dates the event), returned by a default recall and
+    never an eviction candidate; the 120-day-old memory is the one that goes."""
+    clock = MovableClock(NOW - timedelta(days=120))
+    service = make_service(clock=clock, lifecycle={"max_memories": 1})
+    recorded_long_ago = store(service, content="the billing database failed over to the replica")
+    clock.advance(120)
+    event = to_iso(NOW - timedelta(days=120))
+    answer = service.store(
+        {
+            "content": "the billing database failover in March was caused by a full disk",
+            "timestamp": event,
+        }
+    )
+    assert answer["status"] == "stored" and answer["evicted"] == 1
+    assert not service.meta.memory_exists(recorded_long_ago)
+    found = service.recall({"query": "billing database failover"})
+    assert found["stale_held_back"] == 0
+    [result] = found["results"]
+    assert result["id"] == answer["id"] and result["timestamp"] == event
+    assert result["age_days"] == 0 and result["freshness"]["staleness"] == "fresh"
+    assert service.enforce_budget() == 0
+    assert service.meta.memory_exists(answer["id"])
+    assert service.stats({})["needs_attention"]["stale_count"] == 0
 
 
 def test_storage_size_budget_evicts_only_what_may_go(make_service: ServiceFactory) -> None:
-    service = make_service(clock=lambda: NOW)
-    stale = store(
-        service,
-        content="the legacy FTP server was switched off",
-        timestamp=to_iso(NOW - timedelta(days=150)),
-    )
-    aging = store(
-        service,
-        content="we trialled a four-day week in the support team",
-        timestamp=to_iso(NOW - timedelta(days=45)),
-    )
+    clock = MovableClock(NOW - timedelta(days=150))
+    service = make_service(clock=clock)
+    stale = store(service, content="the legacy FTP server was switched off")
+    clock.advance(105)
+    aging = store(service, content="we trialled a four-day week in the support team")
+    clock.advance(45)
     fresh = store(service, content="the new hire laptops arrived this morning")
     fact = store(service, subject="support", predicate="uses", object="zendesk")
     procedure = store(
@@ -273,6 +330,73 @@ def test_storage_size_budget_evicts_only_what_may_go(make_service: ServiceFactor
     assert service.enforce_budget() == 2
     assert not service.meta.memory_exists(stale) and not service.meta.memory_exists(aging)
     assert all(service.meta.memory_exists(i) for i in (fresh, fact, procedure))
+
+
+def test_a_superseded_episode_is_evicted_before_any_current_one(
+    make_service: ServiceFactory,
+) -> None:
+    """An episode replaced via ``supersedes`` is history: under budget pressure it goes first
+    (within its retention window, after only what is past retention), before stale and aging
+    current episodes; its current replacement, fresh, stays."""
+    clock = MovableClock(T0)
+    service = make_service(clock=clock)
+    stale = store(service, content="a fan failed in rack 12 and was replaced by facilities")
+    clock.advance(50)
+    aging = store(service, content="the marketing site moved to a static generator")
+    clock.advance(40)
+    draft = store(service, content="the release review is on Tuesday at 10:00")
+    final = store(
+        service, content="the release review moved to Thursday at 14:00", supersedes=draft
+    )
+    clock.advance(10)  # T0 + 100: stale 100 days, aging 50, the draft superseded 10 days ago
+    names = {stale: "stale", aging: "aging", draft: "superseded", final: "current"}
+    evicted: list[str] = []
+    for budget in (3, 2, 1):
+        service.settings.lifecycle.max_memories = budget
+        assert service.enforce_budget() == 1
+        gone = [names[m] for m in names if not service.meta.memory_exists(m)]
+        evicted.extend(name for name in gone if name not in evicted)
+    assert evicted == ["superseded", "stale", "aging"]
+    assert service.meta.memory_exists(final)
+    reasons = [
+        e["detail"]["reason"] for e in reversed(service.meta.audit_entries("default", "evict"))
+    ]
+    assert reasons == ["superseded episodic", "stale episodic", "aging episodic, low relevance"]
+
+
+def test_superseded_episodes_past_retention_go_even_under_budget_but_procedures_stay(
+    make_service: ServiceFactory,
+) -> None:
+    """Superseded facts *and* episodes past the retention window are swept without any budget;
+    superseded procedure versions are kept for rollback and pinned memories are never evicted."""
+    clock = MovableClock(T0)
+    service = make_service(clock=clock)
+    old_episode = store(service, content="standup moved to 9am")
+    pinned_episode = store(service, content="the office wifi rotates monthly", pinned=True)
+    version_one = service.store(
+        {"type": "procedural", "name": "deploy", "steps": ["build", "push", "restart"]}
+    )["id"]
+    clock.advance(1)
+    new_episode = store(service, content="standup moved to 10am instead", supersedes=old_episode)
+    store(service, content="the office wifi rotates weekly now", supersedes=pinned_episode)
+    version_two = service.store(
+        {"type": "procedural", "name": "deploy", "steps": ["build", "test", "push", "restart"]}
+    )["id"]
+    assert service.meta.get_memory(version_one).t_invalid is not None  # type: ignore[union-attr]
+    clock.advance(180)  # superseded exactly 180 days ago: not past the window yet
+    assert service.sweep_retention(force=True) == 0
+    clock.advance(1)
+    assert service.settings.lifecycle.max_memories == 0  # no budget at all
+    assert service.sweep_retention(force=True) == 1
+    assert not service.meta.memory_exists(old_episode)
+    assert old_episode not in service.index.points_by_memory()
+    for kept in (pinned_episode, version_one, version_two, new_episode):
+        assert service.meta.memory_exists(kept)
+    [entry] = service.meta.audit_entries("default", "evict")
+    assert (entry["memory_id"], entry["detail"]["reason"]) == (
+        old_episode,
+        "superseded past retention window",
+    )
 
 
 # --------------------------------------------------------------------------- retention, pinning
@@ -346,17 +470,12 @@ def test_retention_sweep_runs_when_the_store_opens(
 
 
 def test_pinning_through_reflect_protects_from_eviction(make_service: ServiceFactory) -> None:
-    service = make_service(clock=lambda: NOW)
-    keep = store(
-        service,
-        content="the original data-center lease was signed in 2019",
-        timestamp=to_iso(NOW - timedelta(days=400)),
-    )
-    other = store(
-        service,
-        content="a printer jam stopped the payroll run for an hour",
-        timestamp=to_iso(NOW - timedelta(days=300)),
-    )
+    clock = MovableClock(NOW - timedelta(days=400))
+    service = make_service(clock=clock)
+    keep = store(service, content="the original data-center lease was signed in 2019")
+    clock.advance(100)
+    other = store(service, content="a printer jam stopped the payroll run for an hour")
+    clock.advance(300)
     assert service.reflect({"pin_ids": [keep]})["pinned"] == [keep]
     assert service.meta.get_memory(keep).pinned  # type: ignore[union-attr]
     candidates = [c["id"] for c in service.reflect({})["forget_candidates"]]
@@ -378,16 +497,15 @@ def test_storage_budget_converges_to_just_under_the_limit(make_service: ServiceF
     a budget 3% under the current size costs a couple of memories, once, and later stores
     each push out about their own size, never a cascade (file sizes never shrink, so a budget
     on them could not be met)."""
-    service = make_service(clock=lambda: NOW)
+    clock = MovableClock(NOW - timedelta(days=80))
+    service = make_service(clock=clock)
     actions = ["migrated", "load-tested", "documented", "paged on-call for"]
     notes = [f"{a} the {s} service" for a in actions for s in SUBSYSTEMS]
-    stored = service.store_many(
-        [
-            {"content": note, "timestamp": to_iso(NOW - timedelta(days=40 + day))}  # aging
-            for day, note in enumerate(notes)
-        ]
-    )
-    assert all("error" not in s for s in stored), stored
+    for note in reversed(notes):  # one a day, from 79 to 40 days ago: all aging at NOW
+        clock.advance(1)
+        stored = service.store_many([{"content": note}])
+        assert all("error" not in s for s in stored), stored
+    clock.current = NOW
     size = service.storage_bytes()
     assert size > 0 and service.meta.count_memories() == 40
     # The store's total (one aggregate query) is the sum of what each memory counts.

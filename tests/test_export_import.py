@@ -22,13 +22,15 @@ import json
 import os
 import sqlite3
 import subprocess
-from contextlib import closing
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.conftest import ServiceFactory, ferrex_command
+from tests.test_staleness import MovableClock
 
 from ferrex.core.service import MemoryService
 
@@ -66,6 +68,18 @@ def days_ago(days: float) -> str:
     return (NOW - timedelta(days=days)).isoformat()
 
 
+@contextmanager
+def recorded_days_ago(service: MemoryService, days: float) -> Iterator[None]:
+    """Store as if ``days`` ago (age counts from creation, not from the event's timestamp)."""
+    clock = service.clock
+    assert isinstance(clock, MovableClock)
+    clock.current = NOW - timedelta(days=days)
+    try:
+        yield
+    finally:
+        clock.current = NOW
+
+
 def populate(service: MemoryService) -> dict[str, str]:
     """Every feature the export must carry; returns a few ids by name."""
     ids: dict[str, str] = {}
@@ -81,12 +95,18 @@ def populate(service: MemoryService) -> dict[str, str]:
     )["id"]
     store({"content": "Postgres replicas lagged behind", "entities": ["Postgres"]})  # fuzzy alias
     store({"content": "Opened the NYC office downtown", "entities": ["NYC"]})  # alias candidate
-    ids["old"] = store(
-        {"content": "An old incident with the billing cron job", "timestamp": days_ago(200)}
-    )["id"]
-    ids["pinned"] = store(
-        {"content": "Never run migrations on Fridays", "pinned": True, "timestamp": days_ago(120)}
-    )["id"]
+    with recorded_days_ago(service, 200):
+        ids["old"] = store(
+            {"content": "An old incident with the billing cron job", "timestamp": days_ago(200)}
+        )["id"]
+    with recorded_days_ago(service, 120):
+        ids["pinned"] = store(
+            {
+                "content": "Never run migrations on Fridays",
+                "pinned": True,
+                "timestamp": days_ago(120),
+            }
+        )["id"]
     store({"content": "team notes for the second team", "namespace": "team-b"})
     # Facts: automatic supersede, explicit supersede, contradiction, multi-valued.
     first = store({"subject": "api server", "predicate": "owned by", "object": "Ada"})
@@ -125,7 +145,8 @@ def populate(service: MemoryService) -> dict[str, str]:
     )
     store({"subject": "cache", "predicate": "uses", "object": "redis", "t_valid": days_ago(300)})
     assert service.sweep_retention(force=True) == 0
-    store({"content": "a forgotten lunch order from last year", "timestamp": days_ago(330)})
+    with recorded_days_ago(service, 330):
+        store({"content": "a forgotten lunch order from last year", "timestamp": days_ago(330)})
     lifecycle = service.settings.lifecycle
     lifecycle.max_memories = service.meta.count_memories() - 1
     assert service.enforce_budget() == 1
@@ -208,7 +229,7 @@ def exported(
     make_service: ServiceFactory, tmp_path: Path, models_dir: Path
 ) -> tuple[Path, Path, list[dict[str, Any]]]:
     source = tmp_path / "source"
-    service = make_service(source, clock=lambda: NOW)
+    service = make_service(source, clock=MovableClock(NOW))
     populate(service)
     service.close()
     records = export_file(source, models_dir, tmp_path / "export.jsonl")

@@ -1,13 +1,15 @@
 """Memory lifecycle end to end through MCP (a real ``ferrex`` subprocess over stdio).
 
-Proves, as an agent sees it: artificially aged memories (past ``timestamp``s, then past times
-written into ``<data dir>/ferrex.db`` between two server runs) move fresh -> aging -> stale;
+Proves, as an agent sees it: an episode's past ``timestamp`` dates the event but does not age
+the memory (stored today, it is fresh); artificially aged memories (past creation times written
+into ``<data dir>/ferrex.db`` between server runs) move fresh -> aging -> stale;
 stale ones are held back by default with a ``stale_held_back`` count and come back with
 ``include_stale=true``; superseded facts are marked "superseded"; ``--staleness-config``
 thresholds apply per namespace; recall bumps access but only a reflect confirmation validates;
 brief and detailed stats have the spec's shapes; forget with cascade removes the memory and its
 only-used entity and reports unknown ids; the recall cache is hit on a repeat and invalidated by
-store and forget; a small ``[lifecycle] max_memories`` budget evicts in the spec's order.
+store and forget; a small ``[lifecycle] max_memories`` budget evicts in the spec's order and the
+store that triggered an eviction says so.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from tests.conftest import call, mcp_client, ok
 from tests.test_staleness import SPEC_TOML
 from tests.test_stats_reflect import SPEC_DETAILED_KEYS
 
-from ferrex.core.clock import to_iso
+from ferrex.core.clock import parse_timestamp, to_iso
 from ferrex.embed.embedder import FastEmbedEmbedder
 
 pytestmark = pytest.mark.anyio
@@ -107,6 +109,25 @@ async def test_aged_memories_move_from_fresh_to_aging_to_stale(
     outage = "checkout outage payments"
     async with mcp_client(data, models_dir, "--staleness-config", str(config)) as client:
         ids = await seed_aging_store(client)
+        # Events 10, 45 and 120 days old, all recorded today: three fresh memories.
+        default = await ok(client, "recall", {"query": outage, "types": ["episodic"]})
+        assert {r["id"]: r["freshness"]["staleness"] for r in default["results"]} == {
+            ids["e10"]: "fresh",
+            ids["e45"]: "fresh",
+            ids["e120"]: "fresh",
+        }
+        event_days = {
+            r["id"]: round((datetime.now(UTC) - parse_timestamp(r["timestamp"])).days)
+            for r in default["results"]
+        }  # the timestamps still date the events
+        assert event_days == {ids["e10"]: 10, ids["e45"]: 45, ids["e120"]: 120}
+        assert default["stale_held_back"] == 0
+
+    # Recorded when they happened: age the memories while the server is stopped.
+    for name, days in (("e10", 10), ("e45", 45), ("e120", 120)):
+        backdate(data, ids[name], created_at=days, updated_at=days)
+
+    async with mcp_client(data, models_dir, "--staleness-config", str(config)) as client:
         default = await ok(client, "recall", {"query": outage, "types": ["episodic"]})
         assert {r["id"]: r["freshness"]["staleness"] for r in default["results"]} == {
             ids["e10"]: "fresh",
@@ -124,8 +145,8 @@ async def test_aged_memories_move_from_fresh_to_aging_to_stale(
         assert stats["needs_attention"]["stale_count"] == 1
 
     # Age everything while the server is stopped.
-    backdate(data, ids["e10"], event_time=50)
-    backdate(data, ids["e45"], event_time=100)
+    backdate(data, ids["e10"], created_at=50, updated_at=50)
+    backdate(data, ids["e45"], created_at=100, updated_at=100)
     backdate(data, ids["fact"], created_at=100, updated_at=100)
     for name in ("ci_deploy", "deploy"):
         backdate(data, ids[name], created_at=10, updated_at=10)
@@ -246,14 +267,14 @@ async def test_stats_forget_cascade_and_cache_through_mcp(
 async def test_small_budget_evicts_in_priority_order(tmp_path: Path, models_dir: Path) -> None:
     data = tmp_path / "d"
     data.mkdir()
+    async with mcp_client(data, models_dir) as client:
+        oldest = await store(client, content="the first office opened above a bakery")
+        stale = await store(client, content="the intranet moved from Confluence to Notion")
+    # Recorded 200 and 120 days ago; then a budget of five memories.
+    backdate(data, oldest, created_at=200, updated_at=200)
+    backdate(data, stale, created_at=120, updated_at=120)
     (data / "ferrex.toml").write_text("[lifecycle]\nmax_memories = 5\n", encoding="utf-8")
     async with mcp_client(data, models_dir) as client:
-        oldest = await store(
-            client, content="the first office opened above a bakery", timestamp=days_ago(200)
-        )
-        stale = await store(
-            client, content="the intranet moved from Confluence to Notion", timestamp=days_ago(120)
-        )
         expired = await store(
             client,
             subject="intranet",
@@ -274,14 +295,18 @@ async def test_small_budget_evicts_in_priority_order(tmp_path: Path, models_dir:
             object="notion cloud",
             timestamp=days_ago(200),
         )
-        fresh = []
+        fresh, answers = [], []
         for text in (
             "Mina joined the design team",
             "the espresso machine was fixed",
             "the all-hands moved to Thursdays",
             "the VPN client was updated",
         ):
-            fresh.append(await store(client, content=text))
+            answer = await ok(client, "store", {"content": text})
+            fresh.append(answer["id"])
+            answers.append(answer.get("evicted", 0))
+        # The sixth and seventh memories each pushed one stale episode out, and said so.
+        assert answers == [1, 1, 0, 0]
         stats = await ok(client, "stats", {"detailed": True})
         # The two stale episodes go, oldest first. The superseded fact stays: its retention
         # window counts from when it was superseded (today), however old its validity is, and

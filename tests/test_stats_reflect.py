@@ -2,10 +2,13 @@
 
 Proves: brief and detailed stats have the shapes of the spec's two JSON examples (keys and
 types); the ``needs_attention`` numbers are real (stale, conflicting and unvalidated memories
-created on purpose are counted, and nothing else); the brief answer stays under 300 model
-tokens for a store of 10,000 memories; reflect surfaces stale and unvalidated memories with
-reasons, contradiction alerts, the lowest-access memories as forget candidates, entity alias
-candidates and inactive entities, and a confirmation takes a memory off the review list.
+created on purpose are counted, and nothing else) and always agree with reflect's review list
+(``stale_count + unvalidated_count == needs_review_total``, a confirmed old event included);
+the brief answer stays under 300 model tokens for a store of 10,000 memories; reflect surfaces
+stale and unvalidated memories with reasons (a fact's confidence only when it decayed from above
+0.5 to below it), contradiction alerts, the lowest-access memories as forget candidates, entity
+alias candidates and inactive entities, and a confirmation takes a memory off the review list.
+Memories are aged by moving the clock (age counts from creation, not from an event's timestamp).
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ from typing import Any
 import pytest
 from tests.test_staleness import MovableClock
 
-from ferrex.core.clock import to_iso
 from ferrex.core.service import MemoryService
 from ferrex.embed.reranker import FastEmbedReranker
 
@@ -37,10 +39,6 @@ SPEC_DETAILED_KEYS = {
 }
 
 
-def ago(clock: MovableClock, days: float) -> str:
-    return to_iso(clock.current - timedelta(days=days))
-
-
 def store(service: MemoryService, **arguments: Any) -> str:
     result = service.store(arguments)
     assert result["status"] in {"stored", "superseded", "contradiction"}, result
@@ -48,30 +46,33 @@ def store(service: MemoryService, **arguments: Any) -> str:
 
 
 def build_attention_store(service: MemoryService, clock: MovableClock) -> dict[str, str]:
-    """A store with known numbers: 2 stale, 3 unvalidated, 1 conflict (see the comments)."""
+    """A store with known numbers: 2 stale, 3 unvalidated, 1 conflict (see the comments).
+
+    Built over 200 days of the clock; "now" is the end (NOW + 150 days)."""
     ids: dict[str, str] = {}
+    clock.current = NOW - timedelta(days=50)  # 200 days before the end
+    ids["stale_200"] = store(service, content="the old wiki was exported to markdown")
+    clock.advance(50)  # end - 150
     ids["confirmed_long_ago"] = store(
         service, subject="billing", predicate="owned_by", object="team atlas"
     )
-    clock.advance(50)
+    clock.advance(30)  # end - 120
+    ids["stale_120"] = store(service, content="a fan failed in rack 12 and was replaced")
+    clock.advance(20)  # end - 100
     service.reflect({"confirm_ids": [ids["confirmed_long_ago"]]})
     ids["never_confirmed"] = store(
         service, subject="search", predicate="built_with", object="opensearch"
     )
-    clock.advance(100)
-    # Now: two facts last confirmed (or stored) 100 days ago -> aging and unvalidated.
-    ids["stale_120"] = store(
-        service, content="a fan failed in rack 12 and was replaced", timestamp=ago(clock, 120)
-    )
-    ids["stale_200"] = store(
-        service, content="the old wiki was exported to markdown", timestamp=ago(clock, 200)
-    )
+    # At the end: two facts last confirmed (or stored) 100 days ago -> aging and unvalidated.
+    clock.advance(20)  # end - 80
+    ids["aging_80_cited"] = store(service, content="we benchmarked the ledger at 9k writes/s")
+    clock.advance(35)  # end - 45
     ids["aging_45"] = store(
-        service, content="the mobile team adopted Kotlin Multiplatform", timestamp=ago(clock, 45)
+        service, content="the mobile team adopted Kotlin Multiplatform"
     )  # aging, never validated
-    ids["aging_80_cited"] = store(
-        service, content="we benchmarked the ledger at 9k writes/s", timestamp=ago(clock, 80)
-    )
+    clock.advance(44)  # end - 1
+    ids["fresh"] = store(service, content="Priya joined the platform team on Monday")
+    clock.advance(1)  # the end: NOW + 150 days
     ids["citing"] = store(
         service,
         subject="ledger",
@@ -79,9 +80,6 @@ def build_attention_store(service: MemoryService, clock: MovableClock) -> dict[s
         object="9k writes/s",
         source=f"memory:{ids['aging_80_cited']}",
     )  # validates the episode
-    ids["fresh"] = store(
-        service, content="Priya joined the platform team on Monday", timestamp=ago(clock, 1)
-    )
     ids["db_current"] = store(
         service, subject="payments", predicate="uses", object="postgres 16", confidence=0.9
     )
@@ -183,6 +181,46 @@ def test_needs_attention_counts_are_real(
     }
 
 
+def agree(service: MemoryService) -> dict[str, int]:
+    """stats' needs_attention and reflect's review list count the same memories."""
+    attention = service.stats({})["needs_attention"]
+    total = service.reflect({"include_contradictions": False})["needs_review_total"]
+    assert attention["stale_count"] + attention["unvalidated_count"] == total, (attention, total)
+    return dict(attention)
+
+
+def test_stats_and_reflect_agree_after_confirming_an_old_event(
+    make_service: ServiceFactory, clock: MovableClock
+) -> None:
+    """An old event confirmed today is still stale by age (validation resets its validation
+    half; its age keeps counting at weight 0.45), so it stays out of default recalls, but the
+    agent has reviewed it: neither reflect's list nor stats' needs_attention counts it."""
+    service = make_service(clock=clock)
+    event = store(service, content="we held the first offsite in Porto")
+    fact = store(service, subject="billing", predicate="owned_by", object="team atlas")
+    clock.advance(200)
+    assert agree(service) == {"stale_count": 2, "conflict_count": 0, "unvalidated_count": 0}
+    answer = service.reflect({"confirm_ids": [event, fact]})
+    assert answer["still_stale"] == [event] and answer["needs_review_total"] == 0
+    assert agree(service) == {"stale_count": 0, "conflict_count": 0, "unvalidated_count": 0}
+    assert service.stats({"detailed": True})["staleness"] == {"fresh": 1, "aging": 0, "stale": 1}
+    held = service.recall({"query": "offsite in Porto"})
+    assert event not in [r["id"] for r in held["results"]] and held["stale_held_back"] == 1
+    clock.advance(90)  # the confirmation is past the episodic fresh window: review it again
+    assert agree(service)["stale_count"] == 1
+
+
+def test_stats_and_reflect_agree_on_the_attention_store(
+    attention: tuple[MemoryService, dict[str, str]], clock: MovableClock
+) -> None:
+    service, ids = attention
+    assert agree(service)["stale_count"] == 2
+    service.reflect({"confirm_ids": [ids["stale_120"], ids["aging_45"]]})
+    assert agree(service) == {"stale_count": 1, "conflict_count": 1, "unvalidated_count": 2}
+    clock.advance(400)
+    agree(service)
+
+
 def test_stats_are_per_namespace(attention: tuple[MemoryService, dict[str, str]]) -> None:
     service, _ = attention
     service.store(
@@ -230,10 +268,7 @@ AWKWARD = [
 def bulk_items(count: int, seed: int) -> list[dict[str, Any]]:
     rng = random.Random(seed)
     return [
-        {
-            "content": f"{rng.choice(WHO)} {rng.choice(DID)} {rng.choice(WHAT)} {rng.choice(WHEN)}",
-            "timestamp": to_iso(NOW - timedelta(days=rng.randint(0, 200))),
-        }
+        {"content": f"{rng.choice(WHO)} {rng.choice(DID)} {rng.choice(WHAT)} {rng.choice(WHEN)}"}
         for _ in range(count)
     ]
 
@@ -252,16 +287,17 @@ class TickingClock(MovableClock):
 def test_brief_stats_stay_under_300_tokens_for_10000_memories(
     make_service: ServiceFactory, models_dir: Path
 ) -> None:
-    clock = TickingClock(NOW)
+    clock = TickingClock(NOW - timedelta(days=200))
     # Degraded on purpose (reranker enabled but not available offline): the brief then also
     # carries its warnings, the largest it gets.
     offline = FastEmbedReranker("default", models_dir, enabled=True, offline=True)
     service = make_service(clock=clock, reranker=offline, rerank=True)
     stored, seed = 0, 0
-    while stored < 10_000:
-        results = service.store_many(bulk_items(10_000 - stored, seed))
+    while stored < 10_000:  # 500 memories every 10 days over 200 days
+        results = service.store_many(bulk_items(min(500, 10_000 - stored), seed))
         stored += sum(1 for r in results if "error" not in r)  # near-duplicates are rejected
         seed += 1
+        clock.advance(10)
     awkward = []
     for text in AWKWARD:  # the most recent memories are the hardest to summarise
         clock.advance(1 / 86_400)
@@ -273,7 +309,7 @@ def test_brief_stats_stay_under_300_tokens_for_10000_memories(
     assert any("reranker" in warning for warning in brief["warnings"])
     tokens = service.embedder.count_tokens(json.dumps(brief))
     assert tokens < 300, (tokens, brief)
-    assert brief["needs_attention"]["stale_count"] > 1000  # ~45% are older than 90 days
+    assert brief["needs_attention"]["stale_count"] > 1000  # over half are 90+ days old
 
 
 # --------------------------------------------------------------------------- reflect
@@ -349,13 +385,12 @@ def test_reflect_sections_can_be_switched_off_and_limited(
 def test_forget_candidates_are_the_least_accessed_of_the_old_episodes(
     make_service: ServiceFactory,
 ) -> None:
-    service = make_service(clock=lambda: NOW, lifecycle={"access_flush_seconds": 60})
-    old = to_iso(NOW - timedelta(days=60))  # aging
-    popular = store(service, content="the release train leaves every second Tuesday", timestamp=old)
-    rare = store(service, content="the parking garage closes at 22:00", timestamp=old)
-    pinned = store(
-        service, content="the company was founded in Tallinn", pinned=True, timestamp=old
-    )
+    clock = MovableClock(NOW - timedelta(days=60))
+    service = make_service(clock=clock, lifecycle={"access_flush_seconds": 60})
+    popular = store(service, content="the release train leaves every second Tuesday")
+    rare = store(service, content="the parking garage closes at 22:00")
+    pinned = store(service, content="the company was founded in Tallinn", pinned=True)
+    clock.advance(60)  # aging
     fresh = store(service, content="the new espresso machine arrived today")
     for _ in range(3):
         service.recall({"query": "when does the release train leave", "limit": 1})
@@ -424,12 +459,10 @@ def test_reflect_and_recall_show_a_facts_decaying_confidence(
 def test_confirming_an_old_event_says_it_stays_stale_and_ends_the_review_loop(
     make_service: ServiceFactory,
 ) -> None:
-    service = make_service(clock=lambda: NOW)
-    event = store(
-        service,
-        content="the datacenter in Frankfurt was commissioned",
-        timestamp=to_iso(NOW - timedelta(days=300)),
-    )
+    clock = MovableClock(NOW - timedelta(days=300))
+    service = make_service(clock=clock)
+    event = store(service, content="the datacenter in Frankfurt was commissioned")
+    clock.advance(300)
     assert event in [i["id"] for i in service.reflect({})["needs_review"]]
     answer = service.reflect({"confirm_ids": [event]})
     assert answer["confirmed"] == [event] and answer["still_stale"] == [event]
@@ -446,6 +479,46 @@ def test_a_fact_stored_with_low_confidence_is_not_reported_as_decayed(
     clock.advance(1)
     review = {i["id"]: i for i in service.reflect({})["needs_review"]}
     assert not any("decayed" in r for r in review.get(fact, {}).get("reasons", []))
+
+
+def reasons_for(service: MemoryService, memory_id: str) -> list[str] | None:
+    """The fact's review reasons, or None when reflect does not list it."""
+    review = {i["id"]: i["reasons"] for i in service.reflect({})["needs_review"]}
+    return review.get(memory_id)
+
+
+def test_confidence_decay_is_flagged_only_from_above_half_to_below_it(
+    make_service: ServiceFactory, clock: MovableClock
+) -> None:
+    """A fact stored at exactly 0.5 has not *decayed* across 0.5: it is never flagged for it
+    (reflect has no "low confidence" concept; the agent chose that confidence). Just above 0.5
+    it is flagged once it has fallen below, with honest numbers."""
+    service = make_service(clock=clock)
+    half = store(service, subject="cdn", predicate="provider", object="fastly", confidence=0.5)
+    above = store(service, subject="dns", predicate="provider", object="route53", confidence=0.51)
+    clock.advance(1 / 24)  # an hour later: both slightly decayed, neither in review
+    assert reasons_for(service, half) is None
+    assert reasons_for(service, above) is None
+    assert agree(service)["unvalidated_count"] == 0
+    clock.advance(10)  # 0.51 x 2^(-10.04/180) = 0.4907: below 0.5 now
+    assert reasons_for(service, half) is None
+    assert reasons_for(service, above) == [
+        "confidence decayed from 0.51 to 0.49 (10 days without validation)"
+    ]
+    assert agree(service)["unvalidated_count"] == 1  # stats counts it too
+    clock.advance(90)  # both unvalidated for 100 days: listed, only one of them as decayed
+    assert reasons_for(service, half) == ["aging: effective age 100 days", "never validated"]
+    assert any("decayed from 0.51" in r for r in reasons_for(service, above) or [])
+
+
+def test_a_decay_reason_never_shows_two_equal_numbers(
+    make_service: ServiceFactory, clock: MovableClock
+) -> None:
+    service = make_service(clock=clock)
+    fact = store(service, subject="queue", predicate="runs_on", object="kafka", confidence=0.501)
+    clock.advance(1)  # 0.501 -> 0.4991
+    [reason] = reasons_for(service, fact) or []
+    assert reason == "confidence decayed from 0.501 to 0.499 (1 days without validation)"
 
 
 def test_stats_says_when_the_embedding_model_cannot_load(

@@ -317,8 +317,12 @@ class IngestMixin(ServiceState):
                 self._after_write(namespace)
             self.entities.invalidate()
         if namespaces:
-            self.enforce_budget()
-            self.sweep_retention()
+            # Never evict what this store just wrote; say when the budget evicted others.
+            stored = [r for r in results if "id" in r]
+            evicted = self.enforce_budget(exclude={r["id"] for r in stored})
+            evicted += self.sweep_retention()
+            if evicted and stored:
+                stored[-1]["evicted"] = evicted
         return results
 
     def _apply_one(

@@ -2,18 +2,26 @@
 
 Decay — relevance_score in (0, 1]:
 
-    episodic:   2^(-d / H_eff),  d = days since max(event time, last validation),
+    episodic:   2^(-d / H_eff),  d = days since max(creation, last validation),
                 H_eff = H x (1 + 0.5 x ln(1 + access_count))   (H = 30 days by default)
     semantic:   1.0 (no time-based decay; staleness tracks validation instead)
     procedural: 1.0 (no decay)
     pinned:     1.0 (exempt)
 
-Eviction order when the storage budget is exceeded (spec):
-  1. superseded semantic facts past the retention window (evicted even under budget)
-  2. stale episodic memories not cited as a source by any semantic fact
-  3. stale episodic memories that are cited (the fact preserves them)
-  4. aging episodic memories, lowest relevance first
-  never: active semantic facts, procedures, pinned memories.
+Decay counts from when the memory was created (spec: "from creation/last-update time"; a row
+is never edited in place, see core/staleness.py), not from an episode's event time: an event
+from last spring stored today is a new memory.
+
+Eviction order when the storage budget is exceeded (spec, with superseded episodes placed):
+  1. superseded facts and episodes past the retention window (evicted even under budget)
+  2. superseded episodes within the retention window (replaced: they go before any current one)
+  3. stale episodic memories not cited as a source by any semantic fact
+  4. stale episodic memories that are cited (the fact preserves them)
+  5. aging episodic memories, lowest relevance first
+  never: active semantic facts, superseded facts within retention, procedures (every version:
+  they are kept for rollback), pinned memories, fresh episodes.
+The retention window counts from when the memory was superseded (the later of ``t_invalid``
+and the row's last update).
 
 Storage size (``max_storage_mb``) counts the data the memories hold, not the files' size on
 disk: SQLite never shrinks its file when rows go (free pages are reused) and the vector engine
@@ -52,7 +60,7 @@ def store_size(memories: int, text_bytes: int, points: int, dimension: int) -> i
 def relevance_score(memory: Memory, now: datetime, episodic_half_life_days: float) -> float:
     if memory.pinned or memory.type is not MemoryType.EPISODIC:
         return 1.0
-    reference = memory.event_time
+    reference = memory.created_at
     if memory.last_validated is not None and memory.last_validated > reference:
         reference = memory.last_validated
     days = days_between(reference, now)
@@ -65,16 +73,20 @@ def relevance_score(memory: Memory, now: datetime, episodic_half_life_days: floa
 @dataclass(frozen=True)
 class EvictionCandidate:
     memory: Memory
-    priority: int  # 1..4, the spec's order
+    priority: int  # 1..5, the order of the module docstring
     reason: str
     relevance: float
 
 
+RETAINED_TYPES = (MemoryType.SEMANTIC, MemoryType.EPISODIC)
+
+
 def superseded_past_retention(memory: Memory, now: datetime, retention_days: float) -> bool:
-    """A superseded fact whose retention window has passed. The window counts from when ferrex
-    recorded the invalidation (the later of ``t_invalid`` and the row's last update): a fact
-    superseded today by one valid since last year stays queryable for the full window."""
-    if memory.type is not MemoryType.SEMANTIC or memory.t_invalid is None or memory.pinned:
+    """A superseded fact or episode whose retention window has passed (procedure versions are
+    kept for rollback). The window counts from when ferrex recorded the invalidation (the later
+    of ``t_invalid`` and the row's last update): a fact superseded today by one valid since last
+    year stays queryable for the full window."""
+    if memory.type not in RETAINED_TYPES or memory.t_invalid is None or memory.pinned:
         return False
     invalidated = max(memory.t_invalid, memory.updated_at)
     return days_between(invalidated, now) > retention_days
@@ -98,16 +110,20 @@ def eviction_candidates(
             ranked.append(
                 EvictionCandidate(memory, 1, "superseded past retention window", relevance)
             )
-        elif memory.type is MemoryType.EPISODIC and level == STALE:
+        elif memory.type is not MemoryType.EPISODIC:
+            continue  # superseded facts within retention, and anything else, are kept
+        elif memory.t_invalid is not None:
+            ranked.append(EvictionCandidate(memory, 2, "superseded episodic", relevance))
+        elif level == STALE:
             if memory.id in cited:
                 ranked.append(
-                    EvictionCandidate(memory, 3, "stale episodic (cited by a fact)", relevance)
+                    EvictionCandidate(memory, 4, "stale episodic (cited by a fact)", relevance)
                 )
             else:
-                ranked.append(EvictionCandidate(memory, 2, "stale episodic", relevance))
-        elif memory.type is MemoryType.EPISODIC and level == AGING:
-            ranked.append(EvictionCandidate(memory, 4, "aging episodic, low relevance", relevance))
-    ranked.sort(key=lambda c: (c.priority, c.relevance, c.memory.event_time, c.memory.id))
+                ranked.append(EvictionCandidate(memory, 3, "stale episodic", relevance))
+        elif level == AGING:
+            ranked.append(EvictionCandidate(memory, 5, "aging episodic, low relevance", relevance))
+    ranked.sort(key=lambda c: (c.priority, c.relevance, c.memory.created_at, c.memory.id))
     return ranked
 
 

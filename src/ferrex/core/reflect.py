@@ -16,15 +16,13 @@ from ferrex.core.lifecycle import relevance_score
 from ferrex.core.memory import MemoryType
 from ferrex.core.requests import ReflectRequest
 from ferrex.core.staleness import (
-    AGING,
-    CONFIDENCE_REVIEW_BELOW,
     FRESH,
     STALE,
     age_days,
     assess,
     days_since_validation,
     effective_confidence,
-    needs_validation,
+    review_reasons,
 )
 
 if TYPE_CHECKING:
@@ -82,9 +80,10 @@ def _apply_actions(
         if still:
             actions["still_stale"] = still
             actions["still_stale_note"] = (
-                "confirmed, but still stale by age (an old event stays old): they stay out of "
-                "default recalls (use include_stale=true) and off the review list; store a "
-                "current summary citing them (source='memory:<id>') if they still matter"
+                "confirmed, but still stale by age (an old memory stays old): they stay out of "
+                "default recalls (use include_stale=true), off the review list and out of "
+                "stats' needs_attention; store a current summary citing them "
+                "(source='memory:<id>') if they still matter"
             )
     return actions
 
@@ -102,31 +101,13 @@ def reflect(service: MemoryService, request: ReflectRequest) -> dict[str, Any]:
     assessed = [(m, assess(m, now, service.settings.staleness)) for m in memories]
 
     if request.include_stale:
+        config = service.settings.staleness
         review = []
         for memory, fresh in assessed:
-            reasons = []
-            since = days_since_validation(memory, now)
-            thresholds = service.settings.staleness.thresholds(namespace, memory.type.value)
-            if memory.last_validated is not None and since < thresholds.fresh:
-                # Reviewed and confirmed within its fresh window: listing it again would loop
-                # (an old event stays stale by age however often it is confirmed).
-                continue
-            if fresh.staleness == STALE:
-                reasons.append(f"stale: effective age {fresh.score:.0f} days")
-            elif fresh.staleness == AGING:
-                reasons.append(f"aging: effective age {fresh.score:.0f} days")
-            if needs_validation(memory, now, service.settings.staleness):
-                if memory.last_validated is None:
-                    reasons.append("never validated")
-                else:
-                    reasons.append(f"last validated {since:.0f} days ago")
-            confidence = effective_confidence(memory, now, service.settings.staleness)
-            if memory.confidence >= CONFIDENCE_REVIEW_BELOW > confidence:  # decayed across it
-                reasons.append(
-                    f"confidence decayed from {memory.confidence:.2f} to {confidence:.2f} "
-                    f"({since:.0f} days without validation)"
-                )
+            reasons = review_reasons(memory, now, config, fresh)
             if reasons:
+                since = days_since_validation(memory, now)
+                confidence = effective_confidence(memory, now, config)
                 review.append((fresh.score, memory, fresh, reasons, since, confidence))
         review.sort(key=lambda r: (-r[0], r[1].id))
         out["needs_review"] = [

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -372,7 +372,8 @@ class MemoryService(IngestMixin, RecallMixin):
     # ================================================================== lifecycle upkeep
 
     def sweep_retention(self, *, force: bool = False) -> int:
-        """Evict superseded facts past the retention window (runs even under budget)."""
+        """Evict superseded facts and episodes past the retention window (even under budget;
+        procedure versions are kept for rollback)."""
         if not force and time.monotonic() - self._last_retention_sweep < 3600:
             return 0
         self._last_retention_sweep = time.monotonic()
@@ -383,7 +384,8 @@ class MemoryService(IngestMixin, RecallMixin):
             for namespace in self.meta.namespaces():
                 old = self.meta.memories_in_namespace(
                     namespace,
-                    where="type = 'semantic' AND t_invalid IS NOT NULL AND pinned = 0",
+                    where="type IN ('semantic', 'episodic') AND t_invalid IS NOT NULL "
+                    "AND pinned = 0",
                     order="t_invalid, id",
                 )
                 expired = [m.id for m in old if superseded_past_retention(m, now, retention)]
@@ -412,8 +414,11 @@ class MemoryService(IngestMixin, RecallMixin):
         included): at least the data, usually more."""
         return self.meta.size_bytes() + self.index.size_bytes()
 
-    def enforce_budget(self) -> int:
-        """Evict in the spec's priority order while the storage budget is exceeded."""
+    def enforce_budget(self, exclude: Collection[str] = ()) -> int:
+        """Evict in the spec's priority order while the storage budget is exceeded.
+
+        ``exclude``: ids never to evict this time (a store passes the memories it just wrote,
+        so its answer never names a memory that is already gone)."""
         lifecycle = self.settings.lifecycle
         if lifecycle.max_memories <= 0 and lifecycle.max_storage_mb <= 0:
             return 0
@@ -440,8 +445,9 @@ class MemoryService(IngestMixin, RecallMixin):
             cited = self.meta.referencing_sources(
                 [m.id for m in pool if m.type is MemoryType.EPISODIC]
             )
+            kept = set(exclude)
             ranked = eviction_candidates(
-                levels,
+                [(m, level) for m, level in levels if m.id not in kept],
                 now=now,
                 retention_days=lifecycle.superseded_retention_days,
                 cited=cited,

@@ -3,17 +3,24 @@
 The staleness score is an *effective age in days* that the per-type thresholds classify:
 fresh < ``fresh``; stale >= ``stale``; aging in between.
 
+    age  = days since the memory was created (spec: "since creation or last update")
     base = semantic:   days since last validation (spec: "since last validation")
            otherwise: (w_age * age + w_validated * days_since_validation) / (w_age + w_validated)
     credit = w_accessed * 2^(-days_since_access / 30) + w_access_count * min(1, ln(1+n) / ln(101))
     score = base * (1 - credit)
 
+Age is counted from ``created_at`` for every type. A ferrex row is never edited in place: an
+update is a new row (a superseding fact, a new procedure version), so a row's creation is its
+last update. Supersession is not a content update (it only closes the old row's validity), and
+an episode's *event* time (``timestamp``) is what the memory is about, not when ferrex learnt
+it: an event from last spring stored today is a fresh memory. The event time keeps its own
+roles (``time_range`` filters, date terms, the result's ``timestamp``).
+
 Age and validation carry the high weights (0.45 each); access recency and count the low ones
-(0.05 each), so popularity slows staleness by at most 10% and can never keep an unvalidated
-memory fresh forever (Layer 3: retrieval is not validation). Access only ever delays *stale*:
-*fresh* needs the base alone (age and validation) under the fresh threshold, so one recall
-never turns an aging memory fresh again. A memory never validated counts
-its validation age from its own age (episodic, procedural) or from when it was stored (semantic).
+(0.05 each). The *level* (fresh / aging / stale) depends on the base alone: retrieval is not
+validation (Layer 3), so no amount of recalling moves a memory to a fresher level. The access
+credit only lowers the continuous ``score`` (by at most 10%), which orders memories within a
+level. A memory never validated counts its validation age from when it was stored.
 """
 
 from __future__ import annotations
@@ -36,17 +43,14 @@ ACCESS_COUNT_SATURATION = 100
 
 
 def age_days(memory: Memory, now: datetime) -> float:
-    """Days since the memory's own time: the event (episodic) or the last write (others)."""
-    if memory.type is MemoryType.EPISODIC:
-        return days_between(memory.event_time, now)
-    return days_between(memory.updated_at, now)
+    """Days since the memory was created, whatever its type (module docstring)."""
+    return days_between(memory.created_at, now)
 
 
 def days_since_validation(memory: Memory, now: datetime) -> float:
+    """Days since the last explicit validation; never validated counts from creation."""
     if memory.last_validated is not None:
         return days_between(memory.last_validated, now)
-    if memory.type is MemoryType.SEMANTIC:
-        return days_between(memory.created_at, now)
     return age_days(memory, now)
 
 
@@ -99,9 +103,9 @@ def effective_confidence(memory: Memory, now: datetime, config: StalenessConfig)
 def needs_validation(memory: Memory, now: datetime, config: StalenessConfig) -> bool:
     """A current memory nobody has confirmed within its type's fresh window (Layer 5).
 
-    Never validated counts from the memory's own age (episodic, procedural) or from when it was
-    stored (semantic), so a fresh memory never needs validation yet. Retrieval does not count
-    (Layer 3): a popular memory still needs an explicit confirmation.
+    Never validated counts from when the memory was stored, so a fresh memory never needs
+    validation yet. Retrieval does not count (Layer 3): a popular memory still needs an
+    explicit confirmation.
     """
     if memory.t_invalid is not None:
         return False
@@ -109,12 +113,12 @@ def needs_validation(memory: Memory, now: datetime, config: StalenessConfig) -> 
     return days_since_validation(memory, now) >= thresholds.fresh
 
 
-def level_for(score: float, thresholds: Thresholds, base: float | None = None) -> str:
-    """fresh / aging / stale of a score; ``base`` (the score without access credit) must also
-    be under the fresh threshold for fresh: retrieval delays staleness, it never refreshes."""
-    if score < thresholds.fresh and (base is None or base < thresholds.fresh):
+def level_for(base: float, thresholds: Thresholds) -> str:
+    """fresh / aging / stale of a *base* score (age and validation, no access credit):
+    retrieval never changes a memory's level (Layer 3), only validation and time do."""
+    if base < thresholds.fresh:
         return FRESH
-    if score >= thresholds.stale:
+    if base >= thresholds.stale:
         return STALE
     return AGING
 
@@ -145,7 +149,7 @@ def assess(memory: Memory, now: datetime, config: StalenessConfig) -> Freshness:
     if memory.t_invalid is not None:
         level = SUPERSEDED
     else:
-        level = level_for(score, config.thresholds(memory.namespace, memory.type.value), base)
+        level = level_for(base, config.thresholds(memory.namespace, memory.type.value))
     return Freshness(
         age_days=int(age_days(memory, now)),
         last_accessed=to_iso(memory.last_accessed) if memory.last_accessed else None,
@@ -154,3 +158,56 @@ def assess(memory: Memory, now: datetime, config: StalenessConfig) -> Freshness:
         staleness=level,
         score=round(score, 3),
     )
+
+
+def confirmed_recently(memory: Memory, now: datetime, config: StalenessConfig) -> bool:
+    """Explicitly validated within its type's fresh window: the agent has reviewed it."""
+    if memory.last_validated is None:
+        return False
+    thresholds = config.thresholds(memory.namespace, memory.type.value)
+    return days_between(memory.last_validated, now) < thresholds.fresh
+
+
+def confidence_decayed(memory: Memory, now: datetime, config: StalenessConfig) -> float | None:
+    """The effective confidence of a fact stored above ``CONFIDENCE_REVIEW_BELOW`` whose
+    confidence has decayed below it without validation; None otherwise (a fact stored at or
+    below it has not *decayed* across it, and a low stored confidence is the agent's own call)."""
+    if memory.type is not MemoryType.SEMANTIC or memory.confidence <= CONFIDENCE_REVIEW_BELOW:
+        return None
+    effective = effective_confidence(memory, now, config)
+    return effective if effective < CONFIDENCE_REVIEW_BELOW else None
+
+
+def review_reasons(
+    memory: Memory, now: datetime, config: StalenessConfig, freshness: Freshness | None = None
+) -> list[str]:
+    """Why a current memory needs the agent's review (Layer 5); empty when it needs none.
+
+    The one rule behind both ``reflect``'s ``needs_review`` list and ``stats``'
+    ``needs_attention`` counts, so the two always agree. A memory confirmed within its type's
+    fresh window needs no review, even when it is still stale by age (an old event stays old
+    however often it is confirmed: validation resets the validation half of an episode's score,
+    its age keeps counting at its own weight); listing it again would only loop.
+    """
+    if memory.t_invalid is not None or confirmed_recently(memory, now, config):
+        return []
+    fresh = freshness or assess(memory, now, config)
+    reasons: list[str] = []
+    if fresh.staleness == STALE:
+        reasons.append(f"stale: effective age {fresh.score:.0f} days")
+    elif fresh.staleness == AGING:
+        reasons.append(f"aging: effective age {fresh.score:.0f} days")
+    since = days_since_validation(memory, now)
+    if needs_validation(memory, now, config):
+        if memory.last_validated is None:
+            reasons.append("never validated")
+        else:
+            reasons.append(f"last validated {since:.0f} days ago")
+    decayed = confidence_decayed(memory, now, config)
+    if decayed is not None:
+        digits = 2 if f"{memory.confidence:.2f}" != f"{decayed:.2f}" else 3
+        reasons.append(
+            f"confidence decayed from {memory.confidence:.{digits}f} to {decayed:.{digits}f} "
+            f"({since:.0f} days without validation)"
+        )
+    return reasons

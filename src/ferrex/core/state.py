@@ -41,5 +41,5 @@ class ServiceState:
     normalizer: Callable[[str], PredicateNormalizer]
     _after_write: Callable[[str], None]
     _sync_external_writes: Callable[[], None]
-    enforce_budget: Callable[[], int]
+    enforce_budget: Callable[..., int]
     sweep_retention: Callable[..., int]

@@ -5,10 +5,15 @@ store holds: the two most recent memories (as in the spec's example), each summa
 most ``SUMMARY_TOKENS`` model tokens of its JSON text: about 170 tokens for the whole brief
 answer, 220 with the degraded-mode warnings (measured with the embedding model's tokenizer).
 
-``needs_attention`` counts each current memory once: ``stale_count`` (past its stale
-threshold), ``unvalidated_count`` (not stale, but nobody confirmed it within its type's fresh
-window: Layer 5), and ``conflict_count`` (subject + predicate groups with several current
-values: Layer 4).
+``needs_attention`` counts each current memory once, by the rule ``reflect`` lists them with
+(``staleness.review_reasons``), so ``stale_count + unvalidated_count`` is always reflect's
+``needs_review_total``: ``stale_count`` (past its stale threshold and not confirmed within its
+type's fresh window), ``unvalidated_count`` (not stale, but nobody confirmed it within its
+type's fresh window, or a fact whose confidence decayed below 0.5: Layer 5), and
+``conflict_count`` (subject + predicate groups with several current values: Layer 4). A
+memory confirmed within its fresh window needs no attention even when it is still stale by
+age (an old event confirmed stays stale, out of default recalls); the detailed ``staleness``
+distribution still counts it as stale.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ferrex.core.memory import Memory, MemoryType
 from ferrex.core.requests import StatsRequest
-from ferrex.core.staleness import STALE, age_days, assess, needs_validation
+from ferrex.core.staleness import STALE, age_days, assess, review_reasons
 
 if TYPE_CHECKING:
     from ferrex.core.service import MemoryService
@@ -92,16 +97,20 @@ def stats(service: MemoryService, request: StatsRequest) -> dict[str, Any]:
     current = [m for m in memories if m.t_invalid is None]
     config = service.settings.staleness
     levels: Counter[str] = Counter()
+    stale_attention = 0
     unvalidated = 0
     for memory in current:
-        level = assess(memory, now, config).staleness
-        levels[level] += 1
-        if level != STALE and needs_validation(memory, now, config):
-            unvalidated += 1
+        freshness = assess(memory, now, config)
+        levels[freshness.staleness] += 1
+        if review_reasons(memory, now, config, freshness):
+            if freshness.staleness == STALE:
+                stale_attention += 1
+            else:
+                unvalidated += 1
     conflict_count = meta.count_contradictions(namespace)
     recent = sorted(current, key=lambda m: (m.created_at, m.id), reverse=True)[:RECENT]
     needs_attention = {
-        "stale_count": levels[STALE],
+        "stale_count": stale_attention,
         "conflict_count": conflict_count,
         "unvalidated_count": unvalidated,
     }

@@ -305,6 +305,10 @@ STORE_OUTPUT: dict[str, Any] = {
             "type": "string",
             "enum": ["stored", "duplicate", "superseded", "historical", "contradiction"],
         },
+        "evicted": {
+            "type": "integer",
+            "description": "Memories evicted by the storage budget or retention after this store",
+        },
     },
     "required": ["id", "type", "status"],
 }
