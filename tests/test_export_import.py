@@ -287,6 +287,29 @@ def test_importing_twice_reports_duplicates_and_changes_nothing(
     assert sqlite_digest(target / "ferrex.db") == before
 
 
+def test_two_overlapping_exports_concatenated_import_once_with_duplicates_reported(
+    exported: tuple[Path, Path, list[dict[str, Any]]], tmp_path: Path, models_dir: Path
+) -> None:
+    """The same memory twice in one file (two exports concatenated): the first copy is imported,
+    the second reported as a duplicate (both copies in one import batch), and the store matches
+    a single import."""
+    _, export_path, records = exported
+    memory_ids = [r["id"] for r in records if r["kind"] == "memory"]
+    doubled = tmp_path / "doubled.jsonl"
+    doubled.write_text(export_path.read_text(encoding="utf-8") * 2, encoding="utf-8")
+    done = run_cli(tmp_path / "doubled", models_dir, "import", str(doubled))
+    assert f"imported {len(memory_ids)} memories" in done.stderr
+    assert f"{len(memory_ids)} already present" in done.stderr
+    single = tmp_path / "single"
+    run_cli(single, models_dir, "import", str(export_path))
+    with (
+        closing(sqlite3.connect(tmp_path / "doubled" / "ferrex.db")) as a,
+        closing(sqlite3.connect(single / "ferrex.db")) as b,
+    ):
+        query = "SELECT id, content, subject, object, t_invalid FROM memories ORDER BY id"
+        assert a.execute(query).fetchall() == b.execute(query).fetchall()
+
+
 def test_the_header_dimension_is_an_integer_and_old_string_headers_still_import(
     exported: tuple[Path, Path, list[dict[str, Any]]], tmp_path: Path, models_dir: Path
 ) -> None:

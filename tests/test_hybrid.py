@@ -285,3 +285,46 @@ def test_the_verb_may_does_not_match_may_episodes(make_service: ServiceFactory) 
     explained = service.recall({**query, "explain": True})["results"]
     lunch = next(r for r in explained if r["id"] == stored[0]["id"])
     assert lunch["explain"]["bm25_rank"] is None  # no lexical match at all
+
+
+def test_explain_shows_the_bm25_channel_rank_and_whether_the_floor_dropped_it(
+    make_service: ServiceFactory,
+) -> None:
+    """``bm25_rank`` is the channel's own rank; a memory under the relative BM25 floor says so
+    (it was ranked, but not counted in the fused score)."""
+    service = make_service(clock=lambda: NOW)
+    target = service.store({"content": "a quokka was seen in the community garden at dawn"})
+    notes = [
+        service.store({"content": f"garden note {i}: watered the {plant} bed"})["id"]
+        for i, plant in enumerate(["tomato", "bean", "pumpkin", "carrot", "onion", "leek"])
+    ]
+    query = {"query": "quokka garden", "limit": 10, "explain": True}
+    explained = {r["id"]: r["explain"] for r in service.recall(query)["results"]}
+    assert explained[target["id"]]["bm25_rank"] == 1
+    assert "bm25_below_floor" not in explained[target["id"]]
+    floored = [explained[n] for n in notes if n in explained]
+    assert floored, explained
+    for entry in floored:
+        assert entry["bm25_rank"] is not None and entry["bm25_rank"] > 1
+        assert entry["bm25_below_floor"] is True
+
+
+def test_a_score_does_not_depend_on_stale_memories_held_back(make_service: ServiceFactory) -> None:
+    """Without a reranker the base score follows the fused rank shown by explain, counted over
+    every candidate, so include_stale changes which memories are shown, not their scores."""
+    clock = {"now": datetime(2024, 1, 1, tzinfo=UTC)}
+    service = make_service(clock=lambda: clock["now"])
+    old = service.store({"content": "the deploy pipeline failed on the lint step"})
+    clock["now"] = NOW
+    fresh = service.store({"content": "the deploy pipeline failed on the test step"})
+    hidden = service.recall({"query": "deploy pipeline failed lint", "explain": True})
+    shown = service.recall(
+        {"query": "deploy pipeline failed lint", "explain": True, "include_stale": True}
+    )
+    assert hidden["stale_held_back"] == 1
+    assert {r["id"] for r in shown["results"]} == {old["id"], fresh["id"]}
+    [result] = hidden["results"]
+    assert result["id"] == fresh["id"]
+    assert result["explain"]["fused_rank"] == 2
+    assert result["explain"]["base_score"] == pytest.approx(6 / 7, abs=1e-6)
+    assert result["score"] == next(r["score"] for r in shown["results"] if r["id"] == fresh["id"])

@@ -8,6 +8,7 @@ weights: it scores documents by occurrences of "zebra"), run through the real fa
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -111,6 +112,10 @@ def test_rerank_window_keeps_fused_order_for_the_rest(
     assert response["results"][:2] == scored
     fused_ranks = [r["explain"]["fused_rank"] for r in unscored]
     assert fused_ranks == sorted(fused_ranks)
+    # Scores follow the order: the tail scores below the head's lowest, decreasing, no boost.
+    scores = [r["score"] for r in response["results"]]
+    assert all(a > b for a, b in pairwise(scores)), scores
+    assert all(r["explain"]["recency_boost"] == 1.0 for r in unscored)
 
 
 def test_procedural_chunks_are_deduplicated_before_rerank(

@@ -290,11 +290,20 @@ def _cli_error(exc: BaseException, settings: Settings) -> CliError:
     failure = _first_failure(exc)
     if isinstance(failure, FerrexError):
         return CliError(failure.message, failure.code)
-    if isinstance(failure, sqlite3.DatabaseError):
+    if isinstance(failure, sqlite3.DatabaseError) and not isinstance(
+        failure, sqlite3.IntegrityError | sqlite3.OperationalError
+    ):
+        # Corruption ("file is not a database", "malformed"): a constraint or a lock is not.
         return CliError(
             f"cannot read the store database {settings.db_path} ({failure}); restore it from a "
             "backup, or move it away and `ferrex import` an export into a fresh data dir",
             "database_unreadable",
+        )
+    if isinstance(failure, sqlite3.OperationalError):
+        return CliError(
+            f"the store database {settings.db_path} could not be used ({failure}); try again, "
+            "and run `ferrex doctor` if it persists",
+            "database_error",
         )
     if isinstance(failure, OSError):
         where = f" ({failure.filename})" if failure.filename else ""

@@ -71,6 +71,8 @@ class CachedRecall:
 
     fused: list[tuple[str, float, int | None, int | None]]
     rerank_scores: dict[str, float] = field(default_factory=dict)
+    # Memories the BM25 channel ranked but the relative floor kept out of the fusion (explain).
+    below_bm25_floor: frozenset[str] = frozenset()
 
 
 class RecallCache:

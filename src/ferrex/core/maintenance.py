@@ -321,6 +321,7 @@ def import_records(
     audit_duplicates = 0
     present_audit = Counter(_audit_row(entry) for entry in meta.audit_entries(None, limit=10**9))
     pending: list[Memory] = []
+    seen_ids: set[str] = set()
     seen_header = False
     total = 0
 
@@ -363,9 +364,12 @@ def import_records(
             entity_map[int(record["id"])] = _import_entity(service, record, now)
         elif kind == "memory":
             total += 1
-            if meta.memory_exists(record["id"]):
+            # Already in the store, or earlier in this file (e.g. two overlapping exports
+            # concatenated): reported as a duplicate, the first copy wins.
+            if record["id"] in seen_ids or meta.memory_exists(record["id"]):
                 duplicates.append(record["id"])
                 continue
+            seen_ids.add(record["id"])
             pending.append(record_to_memory(record, entity_map))
             if len(pending) >= batch:
                 flush()

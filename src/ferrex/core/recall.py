@@ -121,6 +121,9 @@ class RecallMixin(ServiceState):
                 continue
             fresh = assess(memory, now, self.settings.staleness)
             candidate = Candidate(memory_id, score, rank, dense_rank, bm25_rank)
+            if memory_id in cached.below_bm25_floor:
+                # Ranked by BM25, but under the relative floor: not counted in the fused score.
+                candidate.extra["bm25_below_floor"] = True
             if fresh.staleness == STALE and not request.include_stale:
                 stale.append(candidate)
                 continue
@@ -261,8 +264,13 @@ class RecallMixin(ServiceState):
             fetch = min(MAX_CHUNK_FETCH, fetch * 4)
         dense_hits = best_chunk_per_memory(dense_hits, prefetch)
         bm25_hits = best_chunk_per_memory(bm25_hits, prefetch)
+        bm25_ranks = _ranks(bm25_hits) if explain else {}  # the channel's own ranks
+        below_floor: frozenset[str] = frozenset()
         if cfg.mode == "hybrid":
-            bm25_hits = apply_relative_floor(bm25_hits, cfg.bm25_relative_floor)
+            kept = apply_relative_floor(bm25_hits, cfg.bm25_relative_floor)
+            if explain:
+                below_floor = frozenset(bm25_ranks) - {hit.memory_id for hit in kept}
+            bm25_hits = kept
             fused_channels = [dense_hits, bm25_hits]
         elif cfg.mode == "dense":
             fused_channels = [dense_hits]
@@ -270,7 +278,6 @@ class RecallMixin(ServiceState):
             fused_channels = [bm25_hits]
         hits = fuse_rrf(fused_channels, cfg.rrf_k, 2 * prefetch)
         dense_ranks = _ranks(dense_hits) if explain else {}
-        bm25_ranks = _ranks(bm25_hits) if explain else {}
         best: dict[str, float] = {}
         for hit in hits:
             if hit.memory_id and hit.score > best.get(hit.memory_id, float("-inf")):
@@ -279,7 +286,8 @@ class RecallMixin(ServiceState):
         return CachedRecall(
             fused=[
                 (mid, score, dense_ranks.get(mid), bm25_ranks.get(mid)) for mid, score in ordered
-            ]
+            ],
+            below_bm25_floor=below_floor,
         )
 
     @staticmethod

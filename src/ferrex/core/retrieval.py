@@ -76,6 +76,7 @@ class Candidate:
             "base_score": round(self.base_score, 6),
             "recency_boost": round(self.boost, 6),
             "final_score": round(self.final_score, 6),
+            **self.extra,
         }
 
 
@@ -95,28 +96,38 @@ def order_candidates(
     """Rerank the top-N fused candidates, apply boosts, keep RRF order for the rest.
 
     ``candidates`` arrive in fused order. Returns the final order and the score basis.
+
+    Without a reranker every candidate scores ``rank_score(fused_rank) x boost`` (the fused rank
+    counts every candidate the index returned, so a memory's score does not depend on whether
+    stale ones were held back). With one, the reranked head scores ``p(relevant) x boost``; the
+    tail keeps its fused order (spec: rerank the top N, RRF order for the rest) and scores
+    strictly below the head's lowest score, decreasing with position, with no boost applied —
+    so ``score`` never rises down a page.
     """
     head = list(candidates[:rerank_top_n]) if rerank is not None else []
     tail = list(candidates[len(head) :])
-    basis = BASIS_FUSED
     if head and rerank is not None:
         raw = rerank(head)
         for candidate, score in zip(head, raw, strict=True):
             candidate.rerank_score = float(score)
             candidate.base_score = rerank_probability(float(score))
-        basis = BASIS_RERANK
-    for position, candidate in enumerate(candidates, start=1):
-        if candidate.rerank_score is None:
-            candidate.base_score = rank_score(position, base_k)
+            candidate.boost = boost_of(candidate)
+            candidate.final_score = candidate.base_score * candidate.boost
+        head.sort(key=lambda c: (-c.final_score, c.memory_id))
+        floor = head[-1].final_score
+        for position, candidate in enumerate(tail, start=1):
+            candidate.rerank_score = None
+            candidate.base_score = floor * rank_score(position + 1, base_k)
+            candidate.boost = 1.0
+            candidate.final_score = candidate.base_score
+        return head + tail, BASIS_RERANK
     for candidate in candidates:
+        candidate.rerank_score = None
+        candidate.base_score = rank_score(candidate.fused_rank, base_k)
         candidate.boost = boost_of(candidate)
         candidate.final_score = candidate.base_score * candidate.boost
-    if head:
-        head.sort(key=lambda c: (-c.final_score, c.memory_id))
-        # Items past the rerank window keep their fused order, below the reranked head.
-        return head + tail, basis
     ordered = sorted(candidates, key=lambda c: (-c.final_score, c.fused_rank, c.memory_id))
-    return ordered, basis
+    return ordered, BASIS_FUSED
 
 
 def fit_budget(
