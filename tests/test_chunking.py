@@ -314,3 +314,30 @@ def test_a_long_procedure_does_not_crowd_other_memories_out_of_recall(
     assert set(small) == {procedure["id"], *episodes}
     assert small == large[: len(small)]
     assert small.count(procedure["id"]) == 1
+
+
+def test_a_few_chunked_procedures_cost_no_extra_engine_query(service: MemoryService) -> None:
+    """The first page has headroom for some chunks: a recall over a store with a couple of
+    chunked procedures among its candidates is still one engine call (a counting wrapper around
+    the real index, which answers every call)."""
+    service.store({"type": "procedural", "name": "rotate", "steps": long_steps()})
+    archive = [
+        f"archive the {name} logs to cold storage, compress them, record the archive checksum "
+        f"in the runbook, then truncate the {name} log volume"
+        for name in SUBSYSTEMS
+    ]
+    assert service.store({"type": "procedural", "name": "archive", "steps": archive})["chunks"] > 1
+    service.store_many(
+        [{"content": f"the {s} queue was drained on day {i}"} for i, s in enumerate(SUBSYSTEMS)]
+    )
+    calls: list[int] = []
+    channels = service.index.channels
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args[3] if len(args) > 3 else kwargs["prefetch"])
+        return channels(*args, **kwargs)
+
+    service.index.channels = counted  # type: ignore[method-assign]
+    results = service.recall({"query": "drain the queue and restart the workers", "limit": 10})
+    assert len(results["results"]) == 10
+    assert calls == [45], calls  # one call, 1.5 x the prefetch of 30

@@ -191,10 +191,38 @@ def test_a_fact_given_with_t_invalid_is_history_and_changes_no_current_fact(
     assert [r["id"] for r in then] == [old["id"]]
 
 
+def test_history_already_known_is_a_duplicate(service: MemoryService) -> None:
+    history = {
+        "subject": "api",
+        "predicate": "uses",
+        "object": "tokio 1.30",
+        "t_valid": "2025-01-01T00:00:00Z",
+        "t_invalid": "2025-09-01T00:00:00Z",
+    }
+    first = service.store(dict(history))
+    again = service.store(dict(history))
+    assert first["status"] == "historical"
+    assert again["status"] == "duplicate" and again["id"] == first["id"]
+    overlapping = service.store({**history, "t_valid": "2025-06-01T00:00:00Z", "t_invalid": None})
+    assert overlapping["status"] != "historical" or overlapping["id"] != first["id"]
+    then = service.recall({"query": "api uses tokio", "as_of": "2025-03-01", "limit": 10})
+    assert [r["id"] for r in then["results"]] == [first["id"]]
+
+
 @pytest.mark.parametrize(
     ("arguments", "field"),
     [
         ({"subject": "a", "predicate": "b", "object": "c", "t_invalid": "2020-01-01"}, "t_invalid"),
+        (
+            {
+                "subject": "a",
+                "predicate": "b",
+                "object": "c",
+                "t_valid": "2020-01-01",
+                "t_invalid": "2999-01-01",  # still true now: a current fact, not history
+            },
+            "t_invalid",
+        ),
         (
             {
                 "subject": "a",

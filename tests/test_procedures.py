@@ -192,11 +192,11 @@ def test_bad_version_requests_write_nothing(
 
 
 def test_a_re_store_in_other_words_is_still_a_duplicate(service: MemoryService) -> None:
-    """Another case of the name, the steps as numbered text instead of a list: same procedure,
-    same steps, so no new version."""
+    """Another case of the name, other spacing, the steps as numbered text instead of a list:
+    same procedure, same steps, so no new version (the case of a step counts: commands)."""
     first = service.store(deploy(["build release", "push image"]))
     for again in (
-        deploy(["Build release", "push  image"], name="DEPLOY-to-Staging"),
+        deploy(["build release", "push  image"], name="DEPLOY-to-Staging"),
         {
             "type": "procedural",
             "name": "deploy-to-staging",
@@ -232,3 +232,43 @@ def test_rollback_with_new_steps_is_refused(service: MemoryService, extra: dict[
     assert error.value.code == "invalid_params"
     assert error.value.details["field"] == next(iter(extra))
     assert len(recall_procedures(service, include_invalidated=True)) == 2
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        (
+            {"content": "When: on weekdays only\n1. build the artifacts\n2. ship to prod"},
+            {"content": "When: never on fridays\n1. build the artifacts\n2. ship to prod"},
+        ),
+        (
+            {"steps": ["export PATH=/opt/bin:$PATH", "run ./configure"]},
+            {"steps": ["export path=/opt/bin:$path", "run ./configure"]},
+        ),
+        (
+            {"steps": ["1.5 GB heap for the JVM via -Xmx", "start the service"]},
+            {"steps": ["2.5 GB heap for the JVM via -Xmx", "start the service"]},
+        ),
+        (
+            {"content": "Release checklist, needs finance approval\n- build\n- ship"},
+            {"content": "Release checklist, no approval needed anymore\n- build\n- ship"},
+        ),
+    ],
+)
+def test_a_real_change_is_a_new_version_however_small(
+    service: MemoryService, first: dict[str, Any], second: dict[str, Any]
+) -> None:
+    """Conditions, the case of a command, a number that looks like a list marker, a preamble
+    line: each is a change, so a new version (only spelling-neutral differences are not)."""
+    service.store({"type": "procedural", "name": "release", **first})
+    again = service.store({"type": "procedural", "name": "release", **second})
+    assert again["version"] == 2, again
+
+
+def test_version_on_an_unnamed_procedure_is_named_in_a_warning(service: MemoryService) -> None:
+    stored = service.store(
+        {"type": "procedural", "steps": ["a thing to do", "another thing"], "version": 3}
+    )
+    assert stored["status"] == "stored" and "version" not in stored
+    [warning] = stored["warnings"]
+    assert "version not stored" in warning

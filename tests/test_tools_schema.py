@@ -70,6 +70,12 @@ def test_null_means_not_given_for_every_optional_parameter(
     assert given == defaults
 
 
+def test_an_unknown_parameter_is_refused_even_when_null() -> None:
+    with pytest.raises(FerrexError) as error:
+        parse(RecallRequest, {"query": "x", "includ_stale": None}, LIMITS, "recall")
+    assert error.value.code == "invalid_params" and "includ_stale" in error.value.message
+
+
 def test_null_for_a_required_parameter_is_missing() -> None:
     with pytest.raises(FerrexError) as error:
         parse(RecallRequest, {"query": None}, LIMITS, "recall")

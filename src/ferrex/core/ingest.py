@@ -174,6 +174,14 @@ class IngestMixin(ServiceState):
                         "another memory; drop one of the two",
                         field="t_invalid",
                     )
+                if request.t_invalid > now:
+                    raise FerrexError(
+                        errors.INVALID_PARAMS,
+                        "store: t_invalid is in the future, so the fact is still true now: "
+                        "store it without t_invalid (it is current) and supersede it when it "
+                        "ends",
+                        field="t_invalid",
+                    )
                 if request.t_invalid <= memory.t_valid:
                     raise FerrexError(
                         errors.INVALID_PARAMS,
@@ -598,6 +606,25 @@ class IngestMixin(ServiceState):
         va, vb = self.embedder.embed_documents([a, b])
         return float(np.dot(va, vb))
 
+    def _known_interval(self, memory: Memory, canonical: str, t_invalid: datetime) -> Memory | None:
+        """A stored fact with the same subject, predicate and value whose validity overlaps
+        [t_valid, t_invalid): the history being added is already known."""
+        if memory.subject_entity_id is None:
+            return None
+        start = memory.t_valid or memory.event_time
+        wanted = conflicts.normalize_object(memory.object or "")
+        for fact in self.meta.facts_for_predicate(
+            memory.namespace, memory.subject_entity_id, canonical
+        ):
+            fact_start = fact.t_valid or fact.event_time
+            if (
+                conflicts.normalize_object(fact.object or "") == wanted
+                and fact_start < t_invalid
+                and (fact.t_invalid is None or fact.t_invalid > start)
+            ):
+                return fact
+        return None
+
     def _multi_valued(self, namespace: str, request: StoreRequest, canonical: str) -> bool:
         if request.multi_valued:
             return True
@@ -633,6 +660,17 @@ class IngestMixin(ServiceState):
             return out
         if request.t_invalid is not None:
             # A fact the caller says has ended is history as given: it changes no current fact.
+            known = self._known_interval(memory, resolution.canonical, request.t_invalid)
+            if known is not None:
+                return {
+                    "id": known.id,
+                    "type": "semantic",
+                    "namespace": namespace,
+                    "status": "duplicate",
+                    "duplicate_of": known.id,
+                    "message": "this value is already known for part of that interval; nothing "
+                    "was stored",
+                }
             memory.t_invalid = request.t_invalid
             out["status"] = "historical"
             out["message"] = "stored as history: true from t_valid until t_invalid"
@@ -744,6 +782,11 @@ class IngestMixin(ServiceState):
         if not memory.name:
             if not explicit_supersede:
                 self._dedup(item, batch_vectors)
+            if request.version is not None:
+                out["warnings"] = [
+                    "version not stored: ferrex numbers the versions of named procedures only "
+                    "(give a name to version this procedure)"
+                ]
             return out
         versions = self._procedure_versions(memory.namespace, memory.name)
         current = current_version(versions)

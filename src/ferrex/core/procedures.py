@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from ferrex.core.chunking import split_steps
 from ferrex.core.memory import Memory
 
 _NAME_SEPARATORS = re.compile(r"\s+")
@@ -50,25 +49,39 @@ def same_name(a: str | None, b: str | None) -> bool:
     return a is not None and b is not None and normalize_name(a) == normalize_name(b)
 
 
-_STEP_MARKER = re.compile(r"^\s*(?:\d+[.)]|[-*•])\s*")
+_LIST_MARKER = re.compile(r"^\s*(?:\d+[.)]|[-*•])\s+")
+_HEADER = re.compile(r"^\s*(?:procedure|steps)\s*:", re.IGNORECASE)
+_CONDITIONS = re.compile(r"^\s*when\s*:\s*", re.IGNORECASE)
 
 
 def definition(memory: Memory) -> tuple[list[str], list[str]]:
-    """What a procedure version says: its steps (from ``steps``, or split from its content when
-    it was given as text) and its conditions, without list markers, case or spacing."""
+    """What a procedure version says: its steps and its conditions, without list markers and
+    spacing. Given as text, each line is a step, a "When:" line holds the conditions and the
+    "Procedure:" / "Steps:" headers that ferrex itself writes are skipped, so the same
+    procedure given as a list or as numbered text compares equal. Case is kept ("export PATH"
+    is not "export path"); a marker is only a list marker when a space follows ("1.5 GB" keeps
+    its number)."""
 
     def norm(text: str) -> str:
-        return " ".join(_STEP_MARKER.sub("", text).casefold().split())
+        return " ".join(_LIST_MARKER.sub("", text, count=1).split())
 
-    steps = memory.steps or [
-        line for line in split_steps(memory.content or "") if not line.lower().startswith("when:")
-    ]
-    return [norm(s) for s in steps], [norm(c) for c in memory.conditions]
+    if memory.steps:
+        return [norm(s) for s in memory.steps], [norm(c) for c in memory.conditions]
+    steps: list[str] = []
+    conditions = [norm(c) for c in memory.conditions]
+    for line in (memory.content or "").splitlines():
+        if not line.strip() or _HEADER.match(line):
+            continue
+        if _CONDITIONS.match(line) and not memory.conditions:
+            conditions.extend(norm(c) for c in _CONDITIONS.sub("", line).split(";") if c.strip())
+            continue
+        steps.append(norm(line))
+    return steps, conditions
 
 
 def same_definition(a: Memory, b: Memory) -> bool:
-    """True when two procedure versions say the same thing (a new version would change nothing),
-    however they were written: steps or text, numbered or not, another case of the name."""
+    """True when two procedure versions say the same thing (a new version would change
+    nothing), however they were written: steps or numbered text, another case of the name."""
     return definition(a) == definition(b)
 
 

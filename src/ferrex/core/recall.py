@@ -243,9 +243,10 @@ class RecallMixin(ServiceState):
         dense_hits: list[IndexHit] = []
         bm25_hits: list[IndexHit] = []
         # Channels are lists of points (a chunked procedure has one per step); each must name
-        # ``prefetch`` distinct memories, so a page crowded by one memory's chunks is fetched
-        # again deeper (x4, up to MAX_CHUNK_FETCH points) before it is cut to its best chunks.
-        fetch = prefetch
+        # ``prefetch`` distinct memories. The first page has 50% headroom for a few chunks; a
+        # page still crowded by chunks is fetched again deeper (x4, up to MAX_CHUNK_FETCH
+        # points). Then each channel is cut to its first ``prefetch`` memories (best chunk).
+        fetch = prefetch + prefetch // 2
         while True:
             if cfg.mode == "hybrid":
                 dense_hits, bm25_hits = self.index.channels(vector, sparse, flt, fetch, cfg.hnsw_ef)

@@ -394,9 +394,9 @@ def _lenient(model: type[_Request], arguments: dict[str, Any]) -> dict[str, Any]
     where one is expected, as JSON Schema's ``integer`` allows."""
     out: dict[str, Any] = {}
     for key, value in arguments.items():
-        if value is None:
-            continue
         field = model.model_fields.get(key) if isinstance(key, str) else None
+        if value is None and field is not None:
+            continue  # an unknown parameter stays, null or not, and is refused by name
         if (
             field is not None
             and isinstance(value, float)
