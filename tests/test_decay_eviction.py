@@ -282,6 +282,44 @@ def test_store_many_never_evicts_its_own_batch(make_service: ServiceFactory) -> 
     assert all(service.meta.memory_exists(b["id"]) for b in batch)
 
 
+def test_a_store_many_call_of_several_batches_never_evicts_its_own_writes(
+    make_service: ServiceFactory,
+) -> None:
+    """The budget is enforced once, after the last batch: an earlier batch of the same call is
+    never evicted by a later one (every answer says stored, and every stored memory exists)."""
+    staleness = {"namespaces": {"scratch": {"episodic": {"fresh": 0, "aging": 0, "stale": 0}}}}
+    service = make_service(clock=lambda: NOW, staleness=staleness, lifecycle={"max_memories": 2})
+    earlier = service.store({"content": "the mail relay queue was purged", "namespace": "scratch"})
+    names = ("alpha payments", "billing ledger", "kafka broker", "dns resolver", "mail relay")
+    answers = service.store_many(
+        [
+            {"content": f"{n}: the {n} rack of servers was rebooted", "namespace": "scratch"}
+            for n in names
+        ],
+        batch=2,
+    )
+    assert [a["status"] for a in answers] == ["stored"] * 5
+    assert all(service.meta.memory_exists(a["id"]) for a in answers)
+    assert not service.meta.memory_exists(earlier["id"])
+    assert answers[-1]["evicted"] == 1
+    assert all("evicted" not in a for a in answers[:-1])
+
+
+def test_a_store_never_evicts_the_memory_its_answer_says_it_superseded(
+    make_service: ServiceFactory,
+) -> None:
+    staleness = {"namespaces": {"scratch": {"episodic": {"fresh": 0, "aging": 0, "stale": 0}}}}
+    service = make_service(clock=lambda: NOW, staleness=staleness, lifecycle={"max_memories": 2})
+    first = service.store({"content": "standup moved to 9am", "namespace": "scratch"})
+    other = service.store({"content": "the office wifi was replaced", "namespace": "scratch"})
+    answer = service.store(
+        {"content": "standup moved to 10am", "namespace": "scratch", "supersedes": first["id"]}
+    )
+    assert answer["superseded"] == [first["id"]]
+    assert service.meta.memory_exists(first["id"])
+    assert answer["evicted"] == 1 and not service.meta.memory_exists(other["id"])
+
+
 def test_an_old_event_recorded_today_is_fresh_recalled_and_kept(
     make_service: ServiceFactory,
 ) -> None:

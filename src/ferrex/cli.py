@@ -357,8 +357,13 @@ def render_doctor(report: dict[str, Any]) -> str:
         f"[{mark(permissions['ok'])}] data dir permissions {permissions['mode']}",
         f"[ok  ] schema version {report['schema_version']}",
         f"[ok  ] vector index mode: {report['mode']}",
-        f"[{mark(bool(model.get('available')))}] embedding model: pinned {model.get('pinned')} "
-        f"({model.get('dimension')}-d, {model.get('variant') or 'fastembed'})"
+        f"[{mark(bool(model.get('available')))}] embedding model: "
+        + (
+            f"pinned {model.get('pinned')} ({model.get('dimension')}-d, "
+            f"{model.get('variant') or 'fastembed'})"
+            if model.get("pinned")
+            else "not pinned yet (the first store pins the configured model)"
+        )
         + ("" if model.get("available") else f" — {model.get('error')}"),
         f"[{'ok  ' if reranker['available'] else 'warn'}] reranker: "
         + ("available" if reranker["available"] else str(reranker["reason"])),

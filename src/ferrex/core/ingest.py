@@ -99,9 +99,11 @@ class IngestMixin(ServiceState):
                 cursor += 1
                 prepared[position] = item_or_error
             ready = [p for p in prepared if isinstance(p, _Prepared)]
-            committed = iter(self._commit(ready, bulk=True))
+            # The budget is enforced once, after the last batch: never on this call's writes.
+            committed = iter(self._commit(ready, bulk=True, evict=False))
             for slot in prepared:
                 out.append(next(committed) if isinstance(slot, _Prepared) else slot)
+        self._evict_after_store(out)
         return out
 
     # ------------------------------------------------------------------ preparation
@@ -279,7 +281,9 @@ class IngestMixin(ServiceState):
 
     # ------------------------------------------------------------------ commit
 
-    def _commit(self, prepared: Sequence[_Prepared], *, bulk: bool) -> list[dict[str, Any]]:
+    def _commit(
+        self, prepared: Sequence[_Prepared], *, bulk: bool, evict: bool = True
+    ) -> list[dict[str, Any]]:
         results: list[dict[str, Any]] = []
         to_index: list[PlannedMemory] = []
         to_payload: dict[str, Memory] = {}
@@ -324,14 +328,23 @@ class IngestMixin(ServiceState):
             for namespace in namespaces:
                 self._after_write(namespace)
             self.entities.invalidate()
-        if namespaces:
-            # Never evict what this store just wrote; say when the budget evicted others.
-            stored = [r for r in results if "id" in r]
-            evicted = self.enforce_budget(exclude={r["id"] for r in stored})
-            evicted += self.sweep_retention()
-            if evicted and stored:
-                stored[-1]["evicted"] = evicted
+        if namespaces and evict:
+            self._evict_after_store(results)
         return results
+
+    def _evict_after_store(self, results: Sequence[dict[str, Any]]) -> None:
+        """The storage budget and the retention sweep after a store. Never evicts a memory the
+        answers name (what the call wrote, superseded, confirmed or flagged), so an answer never
+        names a memory that is already gone; says how many others went (``evicted``, on the
+        last stored answer)."""
+        stored = [r for r in results if "id" in r]
+        if not stored:
+            return
+        named = {memory_id for r in stored for memory_id in _named_ids(r)}
+        evicted = self.enforce_budget(exclude=named)
+        evicted += self.sweep_retention(exclude=named)
+        if evicted:
+            stored[-1]["evicted"] = evicted
 
     def _apply_one(
         self,
@@ -698,7 +711,9 @@ class IngestMixin(ServiceState):
         if decision.outcome is conflicts.Outcome.DUPLICATE:
             existing = decision.duplicate_of
             assert existing is not None
-            updates: dict[str, Any] = {"last_validated": now, "updated_at": now}
+            # Confirmed, not changed: last_validated only (updated_at would restart the
+            # retention window of a superseded duplicate).
+            updates: dict[str, Any] = {"last_validated": now}
             if memory.confidence > existing.confidence:
                 updates["confidence"] = memory.confidence
             self.meta.update_memory_fields(existing.id, **updates)
@@ -898,6 +913,20 @@ def unused_fields(request: StoreRequest, memory_type: MemoryType) -> list[str]:
             continue
         out.append(name)
     return out
+
+
+def _named_ids(result: dict[str, Any]) -> list[str]:
+    """Every memory id a store answer names."""
+    ids: list[str] = [result["id"]]
+    for key in ("superseded", "also_current", "contradicts", "validated"):
+        ids.extend(str(v) for v in result.get(key) or [])
+    for key in ("duplicate_of", "superseded_by"):
+        if result.get(key):
+            ids.append(str(result[key]))
+    previous = result.get("previous_version")
+    if isinstance(previous, dict) and previous.get("id"):
+        ids.append(str(previous["id"]))
+    return ids
 
 
 def _supersede_reason(explicit: bool, memory: Memory, result: dict[str, Any]) -> str:

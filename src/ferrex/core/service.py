@@ -371,9 +371,9 @@ class MemoryService(IngestMixin, RecallMixin):
 
     # ================================================================== lifecycle upkeep
 
-    def sweep_retention(self, *, force: bool = False) -> int:
+    def sweep_retention(self, *, force: bool = False, exclude: Collection[str] = ()) -> int:
         """Evict superseded facts and episodes past the retention window (even under budget;
-        procedure versions are kept for rollback)."""
+        procedure versions are kept for rollback). ``exclude``: ids a store's answer names."""
         if not force and time.monotonic() - self._last_retention_sweep < 3600:
             return 0
         self._last_retention_sweep = time.monotonic()
@@ -388,7 +388,11 @@ class MemoryService(IngestMixin, RecallMixin):
                     "AND pinned = 0",
                     order="t_invalid, id",
                 )
-                expired = [m.id for m in old if superseded_past_retention(m, now, retention)]
+                expired = [
+                    m.id
+                    for m in old
+                    if m.id not in exclude and superseded_past_retention(m, now, retention)
+                ]
                 if expired:
                     self._delete(
                         expired,
