@@ -183,6 +183,20 @@ def test_a_swapped_word_never_merges_through_the_embedding_stage(
     assert [r["id"] for r in filtered["results"]] == [a["id"]]
 
 
+def test_fuzzy_stage_also_matches_known_aliases(
+    meta: MetadataStore, embedder: FastEmbedEmbedder
+) -> None:
+    """Spec: Jaro-Winkler "against existing entity names and aliases". A misspelt alias
+    resolves to the canonical entity even though it is not close to the canonical name."""
+    entities = resolver(meta, embedder)
+    k8s = entities.resolve("default", "k8s", create=True, at=NOW)
+    meta.add_alias("default", "kubernetes cluster", k8s.entity_id, "manual", 1.0, NOW)
+    entities.invalidate("default")
+    assert JaroWinkler.similarity("kubernetes clustr", "k8s") < 0.85
+    typo = entities.resolve("default", "Kubernetes clustr", create=False, at=NOW)
+    assert (typo.entity_id, typo.method) == (k8s.entity_id, "fuzzy")
+
+
 def test_fuzzy_threshold_is_strict(meta: MetadataStore, embedder: FastEmbedEmbedder) -> None:
     score = JaroWinkler.similarity("postgres", "postgresql")
     entities = resolver(meta, embedder, fuzzy_threshold=score, embedding_threshold=0.999)

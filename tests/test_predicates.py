@@ -9,13 +9,14 @@ synonym map is extensible and overridable per namespace from the settings.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 from rapidfuzz.distance import JaroWinkler
 from tests.conftest import ServiceFactory
 
-from ferrex.config import Settings
+from ferrex.config import Settings, load_settings
 from ferrex.core.predicates import PredicateNormalizer, normalize_predicate
 from ferrex.core.service import MemoryService
 
@@ -267,3 +268,27 @@ def test_per_namespace_synonym_override(make_service: ServiceFactory) -> None:
     assert apps_new["status"] == "stored"
     assert apps_new["predicate"]["canonical"] == "linksagainst"
     assert current_objects(service, "libfoo", "apps") == {"openssl 1.1", "openssl 3.0"}
+
+
+def test_top_level_synonyms_extend_the_built_in_families(tmp_path: Path) -> None:
+    """A `[predicates.synonyms]` table adds to the spec's four families (it does not drop
+    them); `replace = true` keeps only what it lists."""
+    extend = tmp_path / "extend.toml"
+    extend.write_text(
+        '[predicates.synonyms]\nhosted_on = ["runs_on"]\ndepends_on = ["pulls"]\n',
+        encoding="utf-8",
+    )
+    extended, _ = load_settings(cli={"data_dir": str(tmp_path)}, environ={}, config_path=extend)
+    normalizer = PredicateNormalizer(extended.predicates.synonyms_for("default"))
+    assert normalizer.canonical("runs on") == "hosted_on"
+    assert normalizer.canonical("pulls") == "depends_on"
+    assert normalizer.canonical("uses") == "depends_on"  # the built-in family is still there
+    assert normalizer.canonical("written in") == "built_with"
+    replace = tmp_path / "replace.toml"
+    replace.write_text(
+        '[predicates]\nreplace = true\n[predicates.synonyms]\nhosted_on = ["runs_on"]\n',
+        encoding="utf-8",
+    )
+    replaced, _ = load_settings(cli={"data_dir": str(tmp_path)}, environ={}, config_path=replace)
+    only = PredicateNormalizer(replaced.predicates.synonyms_for("default"))
+    assert only.canonical("uses") == "uses" and only.canonical("runs on") == "hosted_on"

@@ -214,3 +214,57 @@ def test_each_spelling_of_a_query_has_its_own_entry(service: MemoryService) -> N
     assert service.cache.stats()["hits"] == 0
     service.recall({"query": "payments connection pool"})
     assert service.cache.stats()["hits"] == 1
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda s, mid: s.reflect({"confirm_ids": [mid]}),
+        lambda s, mid: s.reflect({"pin_ids": [mid]}),
+        lambda s, mid: s.reflect({"unpin_ids": [mid]}),
+    ],
+    ids=["confirm", "pin", "unpin"],
+)
+def test_reflect_writes_invalidate(
+    service: MemoryService, write: Callable[[MemoryService, str], Any]
+) -> None:
+    seed(service)
+    query = {"query": "search cluster heap size", "limit": 10}
+    target = ids_of(service.recall(query))[0]
+    hits = service.cache.stats()["hits"]
+    write(service, target)
+    service.recall(query)
+    assert service.cache.stats()["hits"] == hits  # recomputed, not served from the cache
+
+
+def test_an_eviction_invalidates(make_service: ServiceFactory) -> None:
+    clock = MovableClock(NOW)
+    service = make_service(clock=clock, lifecycle={"max_memories": 2})
+    old = service.store({"content": "the search cluster heap was raised to 31 GB"})["id"]
+    clock.current = NOW + timedelta(days=120)  # old is stale now: the first to go
+    service.store({"content": "the search cluster was moved to new hardware"})
+    query = {"query": "search cluster heap", "limit": 10, "include_stale": True}
+    assert old in ids_of(service.recall(query))
+    answer = service.store({"content": "kibana dashboards were cleaned up"})
+    assert answer["evicted"] == 1
+    assert old not in ids_of(service.recall(query))
+
+
+def test_the_cache_is_a_bounded_lru(make_service: ServiceFactory) -> None:
+    service = make_service(clock=MovableClock(NOW), cache={"size": 2})
+    seed(service)
+    first, second, third = (
+        {"query": "search cluster heap size"},
+        {"query": "payments connection pool timeout"},
+        {"query": "how to resize the pool"},
+    )
+    service.recall(first)
+    service.recall(second)
+    service.recall(first)  # first is now the most recently used
+    service.recall(third)  # evicts second, the least recently used
+    assert service.cache.stats()["entries"] == 2
+    hits = service.cache.stats()["hits"]
+    service.recall(first)
+    assert service.cache.stats()["hits"] == hits + 1
+    service.recall(second)
+    assert service.cache.stats()["hits"] == hits + 1  # second was dropped

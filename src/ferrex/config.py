@@ -161,22 +161,36 @@ class PredicateNamespace(_Section):
     replace: bool = False
 
 
+def _merge_families(
+    base: dict[str, list[str]], extra: dict[str, list[str]]
+) -> dict[str, list[str]]:
+    merged = {key: list(values) for key, values in base.items()}
+    for canonical, values in extra.items():
+        family = merged.setdefault(canonical, [])
+        family.extend(v for v in values if v not in family)
+    return merged
+
+
 class PredicatesConfig(_Section):
     fuzzy_threshold: float = Field(default=0.85, gt=0, le=1.0)
+    # Families given here extend the spec's four (a family of the same name gains the
+    # spellings); ``replace = true`` uses only the families given here.
     synonyms: dict[str, list[str]] = Field(default_factory=_default_synonyms)
+    replace: bool = False
     namespaces: dict[str, PredicateNamespace] = Field(default_factory=dict)
+
+    def families(self) -> dict[str, list[str]]:
+        if self.replace:
+            return {key: list(values) for key, values in self.synonyms.items()}
+        return _merge_families(_default_synonyms(), self.synonyms)
 
     def synonyms_for(self, namespace: str) -> dict[str, list[str]]:
         override = self.namespaces.get(namespace)
         if override is None:
-            return self.synonyms
+            return self.families()
         if override.replace:
             return dict(override.synonyms)
-        merged = {key: list(values) for key, values in self.synonyms.items()}
-        for canonical, values in override.synonyms.items():
-            merged.setdefault(canonical, [])
-            merged[canonical].extend(values)
-        return merged
+        return _merge_families(self.families(), override.synonyms)
 
 
 class EntitiesConfig(_Section):
