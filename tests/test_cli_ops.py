@@ -235,11 +235,12 @@ async def test_repair_reindexes_memories_whose_points_were_deleted(
     repaired = doctor(store, models_dir, "--repair")
     assert repaired["repaired"]["reindexed"] == 2 and repaired["in_agreement"] is True
     with closing(ro(store)) as conn:
-        content = conn.execute("SELECT content FROM memories WHERE id = ?", (victims[0],))
-        text = content.fetchone()[0]
+        row = conn.execute("SELECT content, namespace FROM memories WHERE id = ?", (victims[0],))
+        text, namespace = row.fetchone()
     async with mcp_client(store, models_dir, FERREX_LOG="error") as client:
-        found = await call(client, "recall", {"query": text, "limit": 3, "include_stale": True})
-        # (its store has look-alike memories with other ages: top 3, not necessarily first)
+        query = {"query": text, "namespace": namespace, "limit": 5, "include_stale": True}
+        found = await call(client, "recall", query)
+        # (its store has look-alike memories with other ages: top 5, not necessarily first)
         assert victims[0] in [r["id"] for r in found["results"]]
 
 
