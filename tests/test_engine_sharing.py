@@ -17,6 +17,7 @@ import stat
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -177,6 +178,22 @@ async def test_each_client_keeps_its_own_default_namespace(
         assert mine in [r["id"] for r in explicit["results"]]
 
 
+async def hold_the_engine(
+    data_dir: Path,
+    models_dir: Path,
+    up: anyio.Event,
+    release: anyio.Event,
+    gone: anyio.Event,
+) -> None:
+    """Own the store (pinned with MiniLM by one memory) until ``release``; ``up`` when it
+    serves, ``gone`` once it has exited."""
+    async with mcp_client(data_dir, models_dir, FERREX_LOG="error") as owner:
+        await store(owner, "pinned with MiniLM: the backup runs at 02:00")
+        up.set()
+        await release.wait()
+    gone.set()
+
+
 async def test_a_client_configured_for_another_model_is_refused_as_if_alone(
     tmp_path: Path, models_dir: Path
 ) -> None:
@@ -212,12 +229,7 @@ async def test_the_refused_client_survives_the_engine_exit(
     up, gone = anyio.Event(), anyio.Event()
     release = anyio.Event()
 
-    async def owner_session() -> None:
-        async with mcp_client(data_dir, models_dir, FERREX_LOG="error") as owner:
-            await store(owner, "pinned with MiniLM: the backup runs at 02:00")
-            up.set()
-            await release.wait()
-        gone.set()
+    owner_session = partial(hold_the_engine, data_dir, models_dir, up, release, gone)
 
     with anyio.fail_after(90):
         async with anyio.create_task_group() as tasks:
@@ -243,12 +255,7 @@ async def test_a_failed_takeover_keeps_the_process_up(tmp_path: Path, models_dir
     log = tmp_path / "peer.log"
     up, gone, release = anyio.Event(), anyio.Event(), anyio.Event()
 
-    async def owner_session() -> None:
-        async with mcp_client(data_dir, models_dir, FERREX_LOG="error") as owner:
-            await store(owner, "pinned with MiniLM: the backup runs at 02:00")
-            up.set()
-            await release.wait()
-        gone.set()
+    owner_session = partial(hold_the_engine, data_dir, models_dir, up, release, gone)
 
     with anyio.fail_after(90):
         async with anyio.create_task_group() as tasks:
