@@ -11,6 +11,7 @@ import structlog
 
 from ferrex.config import Settings
 from ferrex.core.errors import MODEL_UNAVAILABLE, FerrexError
+from ferrex.core.ports import VectorIndex
 from ferrex.core.service import (
     PIN_NAME,
     PIN_VARIANT,
@@ -129,6 +130,7 @@ def build_service(settings: Settings, options: Options | None = None) -> MemoryS
         offline=offline,
         threads=settings.threads,
     )
+    index: VectorIndex
     if options.qdrant_client is not None or settings.qdrant_url:
         from ferrex.store.qdrant import QdrantIndex, fail_fast
 

@@ -333,7 +333,7 @@ def _is_dict_of_models(annotation: Any) -> bool:
 
 
 def _dict_value_model(annotation: Any) -> type[BaseModel] | None:
-    args = getattr(annotation, "__args__", ())
+    args: tuple[Any, ...] = getattr(annotation, "__args__", ())
     if len(args) == 2:
         return _submodel(args[1])
     return None

@@ -157,15 +157,16 @@ class EntityResolver:
         if vector is None:
             vector = self.embed_names([display])[0]
         found = self.embedding_match(namespace, vector, normalized)
-        nearest = (found[0], found[1]) if found is not None else None
-        if found is not None and found[2] and found[1] > self.embedding_threshold:
-            if create:
-                self.store.add_alias(namespace, normalized, nearest[0], "embedding", nearest[1], at)
-                self.invalidate(namespace)
-            return EntityResolution(name, normalized, nearest[0], "embedding", nearest[1])
-        candidate = None
-        if nearest is not None and nearest[1] >= self.candidate_threshold:
-            candidate = (nearest[0], nearest[1])
+        candidate: tuple[int, float] | None = None
+        if found is not None:
+            nearest_id, cosine, mergeable = found
+            if mergeable and cosine > self.embedding_threshold:
+                if create:
+                    self.store.add_alias(namespace, normalized, nearest_id, "embedding", cosine, at)
+                    self.invalidate(namespace)
+                return EntityResolution(name, normalized, nearest_id, "embedding", cosine)
+            if cosine >= self.candidate_threshold:
+                candidate = (nearest_id, cosine)
         if not create:
             return EntityResolution(name, normalized, None, "unresolved", 0.0, candidate)
         entity_id = self.store.create_entity(namespace, normalized, display, np.asarray(vector), at)

@@ -9,7 +9,7 @@ and id patterns, ISO timestamps, enum values, ranges) before the first write.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NoReturn
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
@@ -172,7 +172,7 @@ def check_records(records: Sequence[Any]) -> None:
                 _bad(number, f"entity {unknown[0]} is not an entity record earlier in the file")
 
 
-def _bad(number: int, reason: str) -> None:
+def _bad(number: int, reason: str) -> NoReturn:
     raise FerrexError(
         errors.INVALID_PARAMS,
         f"line {number} of the export file is not valid ({reason[:300]}); nothing was imported",

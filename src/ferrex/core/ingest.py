@@ -93,7 +93,7 @@ class IngestMixin(ServiceState):
             built = self._prepare_many(requests)
             cursor = 0
             for position, slot in enumerate(prepared):
-                if "error" in slot:
+                if not isinstance(slot, dict) or "error" in slot:
                     continue
                 item_or_error = built[cursor]
                 cursor += 1

@@ -35,7 +35,10 @@ class ServiceState:
     _write: threading.RLock
 
     # Methods of MemoryService the pipelines call.
-    namespace: str
+    @property
+    def namespace(self) -> str:
+        raise NotImplementedError
+
     ensure_ready: Callable[[], None]
     now: Callable[[], datetime]
     normalizer: Callable[[str], PredicateNormalizer]

@@ -14,7 +14,6 @@ from typing import Any
 
 from qdrant_client import QdrantClient, models
 
-from ferrex.core.clock import to_iso
 from ferrex.core.indexing import DATETIME_FIELDS, INTEGER_FIELDS, KEYWORD_FIELDS
 from ferrex.core.ports import IndexFilter, IndexHit, IndexPoint, IndexStats, SparseVec, Vector
 from ferrex.core.retrieval import hit_order
@@ -354,8 +353,8 @@ def _filter(flt: IndexFilter) -> models.Filter:
     current = models.IsEmptyCondition(is_empty=models.PayloadField(key="t_invalid"))
     ranged = flt.time_after is not None or flt.time_before is not None
     if ranged:
-        after = to_iso(flt.time_after) if flt.time_after else None
-        before = to_iso(flt.time_before) if flt.time_before else None
+        after = flt.time_after
+        before = flt.time_before
         semantic = models.FieldCondition(key="type", match=models.MatchValue(value="semantic"))
         # Events and procedures: their time inside the range (and current, unless asked).
         others: list[Any] = [
@@ -389,7 +388,7 @@ def _filter(flt: IndexFilter) -> models.Filter:
             )
         )
     if flt.as_of is not None:
-        moment = to_iso(flt.as_of)
+        moment = flt.as_of
         must.append(models.FieldCondition(key="t_valid", range=models.DatetimeRange(lte=moment)))
         must.append(
             models.Filter(
