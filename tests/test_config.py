@@ -165,6 +165,25 @@ def test_staleness_config_file_and_namespace_overrides(tmp_path: Path) -> None:
     assert settings.staleness.thresholds("ci-infra", "semantic").stale == 180
 
 
+def test_a_partial_threshold_table_takes_the_rest_from_the_defaults(tmp_path: Path) -> None:
+    """`episodic = { fresh = 14 }` sets one threshold; a namespace's partial table completes
+    from the configured defaults, then the built-in ones."""
+    staleness = _write(
+        tmp_path / "staleness.toml",
+        "[staleness.defaults]\nepisodic = { fresh = 14 }\nsemantic = { stale = 200 }\n"
+        '[staleness.namespaces."ops"]\nsemantic = { fresh = 30 }\n',
+    )
+    settings, _ = load_settings(cli={}, environ={}, staleness_path=staleness)
+    episodic = settings.staleness.thresholds("x", "episodic")
+    assert (episodic.fresh, episodic.aging, episodic.stale) == (14, 90, 90)
+    ops = settings.staleness.thresholds("ops", "semantic")
+    assert (ops.fresh, ops.aging, ops.stale) == (30, 180, 200)
+    # A partial table that breaks the order is still refused, with the reason.
+    broken = _write(tmp_path / "broken.toml", "[staleness.defaults]\nepisodic = { fresh = 100 }\n")
+    with pytest.raises(ConfigError, match="fresh <= aging <= stale"):
+        load_settings(cli={}, environ={}, staleness_path=broken)
+
+
 def _fields(model: type[BaseModel], prefix: str = "") -> set[str]:
     out: set[str] = set()
     for name, field in model.model_fields.items():

@@ -71,6 +71,37 @@ class StalenessConfig(_Section):
     namespaces: dict[str, TypeThresholds] = Field(default_factory=dict)
     weights: StalenessWeights = Field(default_factory=StalenessWeights)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _complete_partial_tables(cls, data: Any) -> Any:
+        """A type table may give only some thresholds (``episodic = { fresh = 14 }``): the
+        others come from the defaults (for a namespace: the configured defaults)."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        effective: dict[str, Any] = _default_type_thresholds().model_dump()
+        defaults = data.get("defaults")
+        if isinstance(defaults, dict):
+            defaults = dict(defaults)
+            for name, table in defaults.items():
+                if isinstance(table, dict) and name in effective:
+                    defaults[name] = effective[name] = {**effective[name], **table}
+            data["defaults"] = defaults
+        namespaces = data.get("namespaces")
+        if isinstance(namespaces, dict):
+            data["namespaces"] = {
+                namespace: {
+                    name: {**effective[name], **table}
+                    if isinstance(table, dict) and name in effective
+                    else table
+                    for name, table in tables.items()
+                }
+                if isinstance(tables, dict)
+                else tables
+                for namespace, tables in namespaces.items()
+            }
+        return data
+
     @model_validator(mode="after")
     def _fill_defaults(self) -> StalenessConfig:
         base = _default_type_thresholds()
