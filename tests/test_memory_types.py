@@ -191,6 +191,18 @@ def test_a_fact_given_with_t_invalid_is_history_and_changes_no_current_fact(
     assert [r["id"] for r in then] == [old["id"]]
 
 
+def test_a_past_value_stored_again_is_a_duplicate_not_a_second_history_row(
+    service: MemoryService,
+) -> None:
+    old = {"subject": "atlas", "predicate": "database", "object": "PostgreSQL 14"}
+    first = service.store({**old, "t_valid": "2024-01-10T00:00:00Z"})
+    service.store({**old, "object": "PostgreSQL 16", "t_valid": "2025-01-10T00:00:00Z"})
+    again = service.store({**old, "t_valid": "2024-01-10T00:00:00Z"})
+    assert again["status"] == "duplicate" and again["id"] == first["id"]
+    then = service.recall({"query": "atlas database", "as_of": "2024-06-01", "limit": 10})
+    assert [r["id"] for r in then["results"]] == [first["id"]]
+
+
 def test_history_already_known_is_a_duplicate(service: MemoryService) -> None:
     history = {
         "subject": "api",

@@ -174,7 +174,7 @@ def test_other_names_and_namespaces_have_their_own_versions(service: MemoryServi
     [
         ({"type": "procedural", "name": "deploy-to-staging", "rollback_to": 7}, "not_found"),
         ({"type": "procedural", "rollback_to": 1, "content": "x"}, "missing_field"),
-        ({"content": "an event", "rollback_to": 1}, "invalid_params"),
+        ({"type": "episodic", "content": "an event", "rollback_to": 1}, "invalid_params"),
     ],
 )
 def test_bad_version_requests_write_nothing(
@@ -272,3 +272,11 @@ def test_version_on_an_unnamed_procedure_is_named_in_a_warning(service: MemorySe
     assert stored["status"] == "stored" and "version" not in stored
     [warning] = stored["warnings"]
     assert "version not stored" in warning
+
+
+def test_rollback_needs_no_explicit_type(service: MemoryService) -> None:
+    """``name`` + ``rollback_to`` is a procedure, as the schema describes it."""
+    service.store(deploy(["build", "ship"]))
+    service.store(deploy(["build", "test", "ship"]))
+    rolled = service.store({"name": "deploy-to-staging", "rollback_to": 1})
+    assert rolled["type"] == "procedural" and rolled["version"] == 3

@@ -142,7 +142,10 @@ class IngestMixin(ServiceState):
             has_triple_field=any(v is not None for v in triple),
             has_full_triple=all(v is not None for v in triple),
             has_procedure_fields=bool(
-                request.steps or request.conditions or (request.name and request.type)
+                request.steps
+                or request.conditions
+                or (request.name and request.type)
+                or request.rollback_to is not None
             ),
         )
         self._require_fields(request, memory_type)
@@ -753,6 +756,17 @@ class IngestMixin(ServiceState):
             )
             return out
         if decision.outcome is conflicts.Outcome.HISTORICAL:
+            assert decision.new_t_invalid is not None
+            known = self._known_interval(memory, resolution.canonical, decision.new_t_invalid)
+            if known is not None:
+                return {
+                    "id": known.id,
+                    "type": "semantic",
+                    "namespace": namespace,
+                    "status": "duplicate",
+                    "duplicate_of": known.id,
+                    "message": "this value is already known for that time; nothing was stored",
+                }
             memory.t_invalid = decision.new_t_invalid
             keeper = decision.superseded_by_existing
             memory.superseded_by = keeper.id if keeper else None
