@@ -28,6 +28,7 @@ from ferrex.core.conflict import (
     decide,
     normalize_object,
     object_similarity,
+    value_name,
 )
 from ferrex.core.errors import FerrexError
 from ferrex.core.memory import Memory, MemoryType
@@ -131,6 +132,11 @@ def run_decide(incoming: str, current: list[Memory], cosine: Any, **overrides: A
     }
     arguments.update(overrides)
     return decide(**arguments)
+
+
+def current_objects(service: MemoryService, subject: str) -> set[str]:
+    rows = semantic_rows(service).values()
+    return {m.object or "" for m in rows if m.subject == subject and m.t_invalid is None}
 
 
 def semantic_rows(service: MemoryService, namespace: str = "default") -> dict[str, Memory]:
@@ -480,6 +486,55 @@ def test_supersedes_never_crosses_memory_types(
     assert error.value.details["field"] == "supersedes"
     assert service.meta.get_memory(target["id"]).t_invalid is None
     assert service.meta.count_memories() == 1
+
+
+@pytest.mark.parametrize(
+    ("value", "name"),
+    [
+        ("FastAPI 0.100", "fastapi"),
+        ("tokio 1.36", "tokio"),
+        ("Django >=4.2", "django"),
+        ("react@18.2.0", "react"),
+        ("node v20", "node"),
+        ("PostgreSQL version 15", "postgresql"),
+        ("1.38", ""),
+    ],
+)
+def test_value_name_drops_the_version(value: str, name: str) -> None:
+    assert value_name(value) == name
+
+
+def test_dependencies_of_other_names_stay_current_and_a_new_version_replaces_its_own(
+    clocked: tuple[MemoryService, Clock],
+) -> None:
+    """depends_on (uses, requires, ...) holds several packages: FastAPI and pydantic are both
+    current; pydantic 2.7 replaces pydantic 2.5 and leaves FastAPI alone; nothing is flagged as
+    a contradiction; the spec's "(X, uses, v1) then (X, depends-on, v2)" still supersedes."""
+    service, _ = clocked
+    fastapi = service.store(fact("atlas-api", "uses", "FastAPI 0.110", t_valid="2024-01-10"))
+    old = service.store(fact("atlas-api", "depends on", "pydantic 2.5", t_valid="2024-01-10"))
+    assert old["status"] == "stored" and old["also_current"] == [fastapi["id"]]
+    new = service.store(fact("atlas-api", "requires", "pydantic 2.7", t_valid="2024-06-01"))
+    assert new["status"] == "superseded" and new["superseded"] == [old["id"]]
+    assert new["also_current"] == [fastapi["id"]]
+    assert current_objects(service, "atlas-api") == {"FastAPI 0.110", "pydantic 2.7"}
+    results = service.recall({"query": "which pydantic does atlas-api depend on", "limit": 5})
+    assert old["id"] not in [r["id"] for r in results["results"]]
+    assert not any(r.get("contradiction") for r in results["results"])
+    assert service.reflect({})["contradictions"] == []
+    first = service.store(fact("X", "uses", "v1"))
+    second = service.store(fact("X", "depends-on", "v2"))
+    assert second["superseded"] == [first["id"]]
+
+
+def test_an_explicit_multi_valued_flag_keeps_even_same_named_values(
+    clocked: tuple[MemoryService, Clock],
+) -> None:
+    service, _ = clocked
+    service.store(fact("lab", "uses", "python 3.11"))
+    both = service.store(fact("lab", "uses", "python 3.12", multi_valued=True))
+    assert both["status"] == "stored" and both["multi_valued"] is True
+    assert current_objects(service, "lab") == {"python 3.11", "python 3.12"}
 
 
 # --------------------------------------------------------------------------- service: dates

@@ -227,9 +227,9 @@ def test_conflicts_do_not_depend_on_which_spelling_came_first(
     service: MemoryService, first: str, second: str
 ) -> None:
     old = service.store(fact("api", first, "tokio 1.36", t_valid="2026-01-01"))
-    new = service.store(fact("api", second, "rust 1.38", t_valid="2026-02-01"))
+    new = service.store(fact("api", second, "tokio 1.38", t_valid="2026-02-01"))
     assert new["status"] == "superseded" and new["superseded"] == [old["id"]]
-    assert current_objects(service, "api") == {"rust 1.38"}
+    assert current_objects(service, "api") == {"tokio 1.38"}
 
 
 def test_fuzzy_predicates_only_compare_within_the_subject(service: MemoryService) -> None:

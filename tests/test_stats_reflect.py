@@ -81,10 +81,10 @@ def build_attention_store(service: MemoryService, clock: MovableClock) -> dict[s
         source=f"memory:{ids['aging_80_cited']}",
     )  # validates the episode
     ids["db_current"] = store(
-        service, subject="payments", predicate="uses", object="postgres 16", confidence=0.9
+        service, subject="payments", predicate="database", object="postgres 16", confidence=0.9
     )
     ids["db_contested"] = store(
-        service, subject="payments", predicate="uses", object="mysql 8", confidence=0.6
+        service, subject="payments", predicate="database", object="mysql 8", confidence=0.6
     )  # a contradiction
     ids["old_cache"] = store(service, subject="sessions", predicate="stored_in", object="redis 6")
     store(service, subject="sessions", predicate="stored_in", object="redis 7")  # supersedes
@@ -163,7 +163,7 @@ def test_needs_attention_counts_are_real(
     brief = service.stats({})
     assert brief["needs_attention"] == {
         "stale_count": 2,  # the 120- and 200-day-old episodes
-        "conflict_count": 1,  # payments uses postgres 16 / mysql 8
+        "conflict_count": 1,  # payments database postgres 16 / mysql 8
         # the fact confirmed 100 days ago, the fact stored 100 days ago, the 45-day episode
         # (the 80-day episode was validated today by the fact citing it)
         "unvalidated_count": 3,
@@ -367,7 +367,7 @@ def test_reflect_reports_contradictions(
     service, ids = attention
     [alert] = service.reflect({})["contradictions"]
     assert alert["subject"] == "payments"
-    assert (alert["predicate"], alert["predicate_canonical"]) == ("uses", "depends_on")
+    assert (alert["predicate"], alert["predicate_canonical"]) == ("database", "database")
     objects = {fact["id"]: fact["object"] for fact in alert["facts"]}
     assert objects == {ids["db_current"]: "postgres 16", ids["db_contested"]: "mysql 8"}
 

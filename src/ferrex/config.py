@@ -162,6 +162,10 @@ class ConflictConfig(_Section):
     different_threshold: float = Field(default=0.5, ge=0, lt=1.0)
     object_embedding_threshold: float = Field(default=0.95, gt=0, le=1.0)
     multi_valued_predicates: list[str] = Field(default_factory=list)
+    # Relations whose values are named things with versions (a project depends on several
+    # packages): a value replaces the current value of the same name ("tokio 1.36" -> "tokio
+    # 1.38") and sits next to values of other names ("pydantic 2.7" next to "fastapi 0.110").
+    keyed_predicates: list[str] = Field(default_factory=lambda: ["depends_on"])
     namespaces: dict[str, ConflictNamespace] = Field(default_factory=dict)
 
     def multi_valued(self, namespace: str) -> list[str]:

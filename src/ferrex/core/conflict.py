@@ -7,6 +7,12 @@ embeddings. A different value invalidates the old fact (t_invalid = the incoming
 the incoming fact is older (it is then stored as already superseded) or has lower confidence than
 the current one (both stay current and are flagged as a contradiction for the agent to resolve).
 Multi-valued predicates store both values, with no invalidation.
+
+Keyed predicates (``conflict.keyed_predicates``, default the depends_on family) hold named,
+versioned values: the incoming value is compared with the current values *of the same name*
+(its text without version numbers: "tokio 1.36" and "tokio 1.38" are both "tokio"), which it may
+supersede as above, and sits next to values of other names like a multi-valued predicate
+("fastapi 0.110" and "pydantic 2.7" are both current).
 """
 
 from __future__ import annotations
@@ -18,11 +24,16 @@ from datetime import datetime
 from enum import StrEnum
 
 from rapidfuzz import fuzz
+from rapidfuzz.distance import JaroWinkler
 
 from ferrex.core.memory import Memory
 
 _NUMBER = re.compile(r"\d+(?:\.\d+)*")
 _SPACES = re.compile(r"\s+")
+# A version in a value: "1.38", "v2", "^1.2.3", ">=0.100", "@4.1.0-beta.2", "1.x".
+_VERSION = re.compile(r"(?:[\^~<>=@]+\s*|\bv)?\d+(?:\.(?:\d+|x|\*))*(?:[-+][\w.]+)?", re.I)
+_VERSION_WORDS = re.compile(r"\b(?:version|release|ver)\b", re.I)
+NAME_TYPO_THRESHOLD = 0.95
 
 
 class Outcome(StrEnum):
@@ -49,10 +60,23 @@ class ConflictDecision:
     contradicts: list[Memory] = field(default_factory=list)
     new_t_invalid: datetime | None = None
     superseded_by_existing: Memory | None = None
+    # Keyed predicates: current values of other names, which stay current next to this one.
+    coexists: list[Memory] = field(default_factory=list)
 
 
 def normalize_object(value: str) -> str:
     return _SPACES.sub(" ", value.strip().lower())
+
+
+def value_name(value: str) -> str:
+    """A keyed value without its version: "FastAPI 0.110" -> "fastapi"; "1.38" -> ""."""
+    text = _VERSION_WORDS.sub(" ", _VERSION.sub(" ", normalize_object(value)))
+    return " ".join(re.sub(r"[^\w\s.+#/-]", " ", text).split()).strip(" .-/")
+
+
+def same_name(a: str, b: str) -> bool:
+    """Two value names of one thing (equal, or a spelling variant: "postgres" / "postgresql")."""
+    return a == b or (bool(a) and bool(b) and JaroWinkler.similarity(a, b) > NAME_TYPO_THRESHOLD)
 
 
 def object_similarity(
@@ -88,9 +112,35 @@ def decide(
     embedding_duplicate_threshold: float,
     embedding_cosine: Callable[[str, str], float],
     history: Sequence[Memory] = (),
+    keyed: bool = False,
 ) -> ConflictDecision:
     """Decide what storing a fact does, given the current facts with the same subject+predicate
-    (and ``history``, its superseded facts: an older value ends where the next one began)."""
+    (and ``history``, its superseded facts: an older value ends where the next one began).
+    ``keyed``: the predicate holds named values (module docstring)."""
+    if keyed and value_name(incoming_object):
+        name = value_name(incoming_object)
+        same = [f for f in current if same_name(value_name(f.object or ""), name)]
+        others = [f for f in current if f not in same]
+        if not same:
+            return (
+                ConflictDecision(Outcome.MULTI_VALUED, coexists=others)
+                if others
+                else ConflictDecision(Outcome.NEW)
+            )
+        decision = decide(
+            incoming_object=incoming_object,
+            incoming_confidence=incoming_confidence,
+            incoming_t_valid=incoming_t_valid,
+            current=same,
+            multi_valued=False,
+            duplicate_threshold=duplicate_threshold,
+            different_threshold=different_threshold,
+            embedding_duplicate_threshold=embedding_duplicate_threshold,
+            embedding_cosine=embedding_cosine,
+            history=[f for f in history if same_name(value_name(f.object or ""), name)],
+        )
+        decision.coexists = others
+        return decision
     if not current:
         return ConflictDecision(Outcome.NEW)
     best: tuple[ObjectSimilarity, Memory] | None = None

@@ -600,10 +600,11 @@ class IngestMixin(ServiceState):
             facts = self.meta.facts_for_predicate(namespace, memory.subject_entity_id, canonical)
             current = [f for f in facts if f.t_invalid is None]
             history = [f for f in facts if f.t_invalid is not None]
-        # A (subject, predicate) already tagged multi-valued keeps collecting values.
-        multi = self._multi_valued(namespace, request, canonical) or any(
-            f.multi_valued for f in current
-        )
+        # A (subject, predicate) already tagged multi-valued keeps collecting values; a keyed
+        # predicate (named, versioned values) replaces a value of the same name whatever the tags.
+        explicit_multi = self._multi_valued(namespace, request, canonical)
+        keyed = not explicit_multi and canonical in self._keyed_predicates(namespace)
+        multi = not keyed and (explicit_multi or any(f.multi_valued for f in current))
         decision = conflicts.decide(
             incoming_object=memory.object or "",
             incoming_confidence=memory.confidence,
@@ -615,8 +616,13 @@ class IngestMixin(ServiceState):
             embedding_duplicate_threshold=self.settings.conflict.object_embedding_threshold,
             embedding_cosine=self._object_cosine,
             history=history,
+            keyed=keyed,
         )
         return decision, current
+
+    def _keyed_predicates(self, namespace: str) -> set[str]:
+        normalizer = self.normalizer(namespace)
+        return {normalizer.canonical(p) for p in self.settings.conflict.keyed_predicates}
 
     def _object_cosine(self, a: str, b: str) -> float:
         va, vb = self.embedder.embed_documents([a, b])
@@ -795,6 +801,13 @@ class IngestMixin(ServiceState):
         out["status"] = "superseded"
         out["superseded"] = [f.id for f in decision.invalidate]
         out["_invalidate"] = list(decision.invalidate)
+        if decision.coexists:
+            # A keyed value replaced its namesake; the values of other names stay current.
+            memory.multi_valued = True
+            out["also_current"] = [f.id for f in decision.coexists]
+            for fact in decision.coexists:
+                if not fact.multi_valued:
+                    self.meta.update_memory_fields(fact.id, multi_valued=True)
         return out
 
     def _procedural(
