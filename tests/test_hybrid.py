@@ -223,7 +223,8 @@ def test_sparse_text_dates_episodic_memories_only() -> None:
             self.type = kind
             self.event_time = datetime(2023, 5, 8, 23, 59, tzinfo=UTC)
 
-    assert sparse_text(Fake(MemoryType.EPISODIC), "text") == "datemay date2023 text"  # type: ignore[arg-type]
+    dated = "datemay date2023 datemay2023 text"
+    assert sparse_text(Fake(MemoryType.EPISODIC), "text") == dated  # type: ignore[arg-type]
     assert sparse_text(Fake(MemoryType.SEMANTIC), "text") == "text"  # type: ignore[arg-type]
     assert sparse_text(Fake(MemoryType.PROCEDURAL), "text") == "text"  # type: ignore[arg-type]
 
@@ -231,11 +232,11 @@ def test_sparse_text_dates_episodic_memories_only() -> None:
 @pytest.mark.parametrize(
     ("query", "terms"),
     [
-        ("what happened in May 2023?", "datemay date2023"),
+        ("what happened in May 2023?", "datemay date2023 datemay2023"),
         ("where did I go hiking in May?", "datemay"),
-        ("the week before 9 June 2023", "datejune date2023"),
+        ("the week before 9 June 2023", "datejune date2023 datejune2023"),
         ("plans for Sept", ""),  # no context: an abbreviation alone is not a date
-        ("since Sept 2022", "dateseptember date2022"),
+        ("since Sept 2022", "dateseptember date2022 dateseptember2022"),
         ("October", "dateoctober"),
         ("what may cause the outage?", ""),
         ("this may be wrong", ""),
@@ -328,3 +329,27 @@ def test_a_score_does_not_depend_on_stale_memories_held_back(make_service: Servi
     assert result["explain"]["fused_rank"] == 2
     assert result["explain"]["base_score"] == pytest.approx(6 / 7, abs=1e-6)
     assert result["score"] == next(r["score"] for r in shown["results"] if r["id"] == fresh["id"])
+
+
+def test_bm25_ranks_the_month_of_that_year_first(make_service: ServiceFactory) -> None:
+    """For "March 2024" BM25 ranks the event of March 2024 first, ahead of an event whose text
+    says 2024 (January) and of the March of another year. (The dense channel prefers the text
+    with "2024" in it, so in this four-memory store the fused order is a tie between them.)"""
+    service = make_service(clock=lambda: NOW)
+    stored = service.store_many(
+        [
+            {
+                "content": "project kickoff on 2024-01-08 with the whole team",
+                "timestamp": "2024-01-08T10:00:00Z",
+            },
+            {"content": "the payments outage hit checkout", "timestamp": "2024-03-14T10:00:00Z"},
+            {"content": "the search outage hit the catalog", "timestamp": "2023-03-20T10:00:00Z"},
+            {"content": "a quiet release of the mobile app", "timestamp": "2024-06-02T10:00:00Z"},
+        ]
+    )
+    for query in ("what happened in March 2024", "March 2024"):
+        arguments = {"query": query, "limit": 4, "include_stale": True, "explain": True}
+        results = service.recall(arguments)["results"]
+        by_id = {r["id"]: r["explain"] for r in results}
+        assert by_id[stored[1]["id"]]["bm25_rank"] == 1, (query, by_id)
+        assert stored[1]["id"] in [r["id"] for r in results[:2]]

@@ -203,6 +203,26 @@ def test_a_past_value_stored_again_is_a_duplicate_not_a_second_history_row(
     assert [r["id"] for r in then["results"]] == [first["id"]]
 
 
+def test_a_current_fact_given_again_with_t_invalid_ends(service: MemoryService) -> None:
+    """How a fact ends without a replacement value: the same fact with a t_invalid."""
+    role = {"subject": "Bob Martin", "predicate": "role", "object": "tech lead"}
+    current = service.store({**role, "t_valid": "2023-03-01T00:00:00Z"})
+    ended = service.store(
+        {**role, "t_valid": "2023-03-01T00:00:00Z", "t_invalid": "2024-08-30T00:00:00Z"}
+    )
+    assert ended["status"] == "ended" and ended["id"] == current["id"]
+    assert service.meta.count_memories() == 1
+    query = {"query": "Bob Martin role", "limit": 5}
+    assert service.recall(query)["results"] == []
+    then = service.recall({**query, "as_of": "2024-01-01"})["results"]
+    assert [r["id"] for r in then] == [current["id"]]
+    past = service.recall({**query, "include_invalidated": True})["results"]
+    assert past[0]["freshness"]["staleness"] == "superseded"
+    assert past[0]["t_invalid"].startswith("2024-08-30")
+    [entry] = [e for e in service.meta.audit_entries(limit=100) if e["action"] == "ended"]
+    assert entry["memory_id"] == current["id"]
+
+
 def test_history_already_known_is_a_duplicate(service: MemoryService) -> None:
     history = {
         "subject": "api",

@@ -28,22 +28,27 @@ PREFIX = "date"
 
 
 def document_terms(when: datetime) -> str:
-    """The reserved terms of an event time: "datemay date2023"."""
-    return f"{PREFIX}{MONTHS[when.month - 1]} {PREFIX}{when.year}"
+    """The reserved terms of an event time: "datemay date2023 datemay2023" (the month of that
+    year too, so "March 2024" prefers March 2024 over March 2023 and over other 2024 events)."""
+    month = MONTHS[when.month - 1]
+    return f"{PREFIX}{month} {PREFIX}{when.year} {PREFIX}{month}{when.year}"
 
 
 def query_terms(query: str) -> str:
     """The reserved terms for the months and years a query names ("" when it names none)."""
     tokens = _TOKEN.findall(query.lower())
-    found: list[str] = []
+    months: list[str] = []
+    years: list[str] = []
     for i, token in enumerate(tokens):
         if token.isdigit():
             if len(token) == 4 and 1900 <= int(token) <= 2099:
-                found.append(f"{PREFIX}{token}")
+                years.append(token)
             continue
         month = _month(tokens, i)
         if month is not None:
-            found.append(f"{PREFIX}{month}")
+            months.append(month)
+    found = [f"{PREFIX}{m}" for m in months] + [f"{PREFIX}{y}" for y in years]
+    found += [f"{PREFIX}{m}{y}" for m in months for y in years]
     return " ".join(dict.fromkeys(found))
 
 

@@ -14,6 +14,7 @@ import structlog
 from ferrex.core import conflict as conflicts
 from ferrex.core import errors
 from ferrex.core.chunking import Chunk, plan_chunks, step_prefix
+from ferrex.core.clock import to_iso
 from ferrex.core.dedup import Duplicate, find_duplicate
 from ferrex.core.entities import EntityResolution
 from ferrex.core.errors import FerrexError
@@ -307,7 +308,7 @@ class IngestMixin(ServiceState):
                         results.append({"error": exc.to_dict()})
                         continue
                     results.append(result)
-                    if result.get("status") in {"duplicate"}:
+                    if result.get("status") in {"duplicate", "ended"}:
                         continue
                     namespaces.add(item.memory.namespace)
                     to_index.append(PlannedMemory(item.memory, item.chunks, item.vectors))
@@ -389,6 +390,19 @@ class IngestMixin(ServiceState):
             fact = self._semantic(item, now, superseded_target is not None, batch_vectors)
             if fact.get("status") == "duplicate":
                 self._link_duplicate_entities(fact["id"], memory.entity_ids, to_payload)
+                return fact
+            if fact.get("status") == "ended":
+                ended, until = fact.pop("_end")
+                self.meta.update_memory_fields(ended.id, t_invalid=until, last_validated=now)
+                ended.t_invalid = until
+                to_payload[ended.id] = ended
+                self.meta.audit(
+                    namespace,
+                    "ended",
+                    now,
+                    memory_id=ended.id,
+                    detail={"t_invalid": to_iso(until)},
+                )
                 return fact
             invalidate.extend(fact.pop("_invalidate", []))
             result.update(fact)
@@ -683,6 +697,23 @@ class IngestMixin(ServiceState):
         if request.t_invalid is not None:
             # A fact the caller says has ended is history as given: it changes no current fact.
             known = self._known_interval(memory, resolution.canonical, request.t_invalid)
+            if (
+                known is not None
+                and known.t_invalid is None
+                and request.t_invalid > (known.t_valid or known.event_time)
+            ):
+                # The current value, now said to have ended: it becomes history at t_invalid
+                # (how a fact ends without inventing a replacement value).
+                return {
+                    "id": known.id,
+                    "type": "semantic",
+                    "namespace": namespace,
+                    "status": "ended",
+                    "t_invalid": to_iso(request.t_invalid),
+                    "message": "the current fact now ends at t_invalid; it is history "
+                    "(include_invalidated / as_of still find it)",
+                    "_end": (known, request.t_invalid),
+                }
             if known is not None:
                 return {
                     "id": known.id,

@@ -303,7 +303,7 @@ STORE_OUTPUT: dict[str, Any] = {
         "namespace": {"type": "string"},
         "status": {
             "type": "string",
-            "enum": ["stored", "duplicate", "superseded", "historical", "contradiction"],
+            "enum": ["stored", "duplicate", "superseded", "historical", "contradiction", "ended"],
         },
         "evicted": {
             "type": "integer",
