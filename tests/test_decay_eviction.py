@@ -497,8 +497,8 @@ def test_retention_sweep_runs_when_the_store_opens(
     clock = MovableClock(T0)
     data = tmp_path / "reopened"
     first = make_service(data, clock=clock)
-    old = store(first, subject="queue", predicate="uses", object="rabbitmq")
-    store(first, subject="queue", predicate="uses", object="kafka")
+    old = store(first, subject="queue", predicate="broker", object="rabbitmq")
+    store(first, subject="queue", predicate="broker", object="kafka")
     first.close()
     clock.advance(181)
     second = make_service(data, clock=clock)
