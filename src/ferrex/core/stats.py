@@ -161,7 +161,7 @@ def stats(service: MemoryService, request: StatsRequest) -> dict[str, Any]:
                 else None
             ),
         },
-        "index": {"mode": index_stats.mode, "points": index_stats.points},
+        "index": {"mode": index_stats.mode, "points_all_namespaces": index_stats.points},
         "cache": service.cache.stats(),
         "journal_backlog": meta.journal_backlog(),
     }
