@@ -220,7 +220,7 @@ def answers(service: MemoryService) -> list[Any]:
 
 def detailed_stats(service: MemoryService, namespace: str) -> tuple[dict[str, Any], int]:
     stats = service.stats({"namespace": namespace, "detailed": True})
-    points = stats["index"]["points"]
+    points = stats["index"]["points_all_namespaces"]
     return {k: v for k, v in stats.items() if k not in INSTRUMENTATION}, points
 
 

@@ -447,7 +447,7 @@ class Fuzzer:
         with read_only(self.db_path) as conn:
             expected = conn.execute("SELECT COALESCE(SUM(chunk_count), 0) FROM memories")
             points = int(expected.fetchone()[0])
-        assert payload["index"]["points"] == points, (payload["index"], points)
+        assert payload["index"]["points_all_namespaces"] == points, (payload["index"], points)
         assert payload["journal_backlog"] == 0
         self.index_checks += 1
 
