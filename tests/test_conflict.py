@@ -505,12 +505,13 @@ def test_value_name_drops_the_version(value: str, name: str) -> None:
 
 
 def test_dependencies_of_other_names_stay_current_and_a_new_version_replaces_its_own(
-    clocked: tuple[MemoryService, Clock],
+    make_service: ServiceFactory,
 ) -> None:
-    """depends_on (uses, requires, ...) holds several packages: FastAPI and pydantic are both
-    current; pydantic 2.7 replaces pydantic 2.5 and leaves FastAPI alone; nothing is flagged as
-    a contradiction; the spec's "(X, uses, v1) then (X, depends-on, v2)" still supersedes."""
-    service, _ = clocked
+    """With depends_on keyed (``conflict.keyed_predicates``, opt-in: the spec's default is one
+    value per subject + predicate) the relation holds several packages: FastAPI and pydantic
+    are both current; pydantic 2.7 replaces pydantic 2.5 and leaves FastAPI alone; nothing is
+    flagged as a contradiction; "(X, uses, v1) then (X, depends-on, v2)" still supersedes."""
+    service = make_service(clock=Clock(T0), conflict={"keyed_predicates": ["depends_on"]})
     fastapi = service.store(fact("atlas-api", "uses", "FastAPI 0.110", t_valid="2024-01-10"))
     old = service.store(fact("atlas-api", "depends on", "pydantic 2.5", t_valid="2024-01-10"))
     assert old["status"] == "stored" and old["also_current"] == [fastapi["id"]]
@@ -528,9 +529,9 @@ def test_dependencies_of_other_names_stay_current_and_a_new_version_replaces_its
 
 
 def test_an_explicit_multi_valued_flag_keeps_even_same_named_values(
-    clocked: tuple[MemoryService, Clock],
+    make_service: ServiceFactory,
 ) -> None:
-    service, _ = clocked
+    service = make_service(clock=Clock(T0), conflict={"keyed_predicates": ["depends_on"]})
     service.store(fact("lab", "uses", "python 3.11"))
     both = service.store(fact("lab", "uses", "python 3.12", multi_valued=True))
     assert both["status"] == "stored" and both["multi_valued"] is True

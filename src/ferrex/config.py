@@ -165,7 +165,8 @@ class ConflictConfig(_Section):
     # Relations whose values are named things with versions (a project depends on several
     # packages): a value replaces the current value of the same name ("tokio 1.36" -> "tokio
     # 1.38") and sits next to values of other names ("pydantic 2.7" next to "fastapi 0.110").
-    keyed_predicates: list[str] = Field(default_factory=lambda: ["depends_on"])
+    # Opt-in: the spec's default is one current value per subject + predicate.
+    keyed_predicates: list[str] = Field(default_factory=list)
     namespaces: dict[str, ConflictNamespace] = Field(default_factory=dict)
 
     def multi_valued(self, namespace: str) -> list[str]:

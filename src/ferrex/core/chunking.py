@@ -17,7 +17,7 @@ from ferrex.core.errors import EPISODIC_TOO_LONG, FerrexError
 from ferrex.core.memory import Memory, MemoryType
 
 EPISODIC_TOO_LONG_MESSAGE = "Episodic memory too long. Break into separate events."
-_STEP_MARKER = re.compile(r"^\s*(?:\d+[.)]|[-*•]|step\s+\d+[:.)]?)\s+", re.IGNORECASE)
+STEP_MARKER = re.compile(r"^\s*(?:\d+[.)]|[-*•]|step\s+\d+[:.)]?)\s+", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -34,13 +34,13 @@ def split_procedure(content: str) -> tuple[str, list[str]]:
     non-empty line is a step and there is no preamble.
     """
     lines = [line.strip() for line in content.splitlines() if line.strip()]
-    if not any(_STEP_MARKER.match(line) for line in lines):
+    if not any(STEP_MARKER.match(line) for line in lines):
         return "", lines
     preamble: list[str] = []
     steps: list[str] = []
     current: list[str] = []
     for line in lines:
-        if _STEP_MARKER.match(line):
+        if STEP_MARKER.match(line):
             if current:
                 steps.append(" ".join(current))
             current = [line]

@@ -393,16 +393,10 @@ class IngestMixin(ServiceState):
                 return fact
             if fact.get("status") == "ended":
                 ended, until = fact.pop("_end")
-                self.meta.update_memory_fields(ended.id, t_invalid=until, last_validated=now)
-                ended.t_invalid = until
-                to_payload[ended.id] = ended
-                self.meta.audit(
-                    namespace,
-                    "ended",
-                    now,
-                    memory_id=ended.id,
-                    detail={"t_invalid": to_iso(until)},
+                self._close_interval(
+                    ended, until, now, to_payload, "ended", {"t_invalid": to_iso(until)}
                 )
+                self.meta.update_memory_fields(ended.id, last_validated=now)
                 return fact
             invalidate.extend(fact.pop("_invalidate", []))
             result.update(fact)
@@ -422,19 +416,14 @@ class IngestMixin(ServiceState):
             if old.t_invalid is None:
                 # Never before the old memory's own start: a backdated replacement closes the
                 # old interval where it began (empty), never into an inverted one.
-                old_t_invalid = max(memory.t_valid or now, old.t_valid or old.event_time)
-                self.meta.update_memory_fields(
-                    old.id, t_invalid=old_t_invalid, superseded_by=memory.id, updated_at=now
-                )
-                old.t_invalid = old_t_invalid
-                to_payload[old.id] = old
-                self.meta.audit(
-                    namespace,
-                    "supersede",
+                self._close_interval(
+                    old,
+                    max(memory.t_valid or now, old.t_valid or old.event_time),
                     now,
-                    memory_id=old.id,
-                    other_id=memory.id,
-                    detail={"reason": _supersede_reason(old is superseded_target, memory, result)},
+                    to_payload,
+                    "supersede",
+                    {"reason": _supersede_reason(old is superseded_target, memory, result)},
+                    superseded_by=memory.id,
                 )
         if superseded_target is not None:
             # Spec Layer 3: an explicit supersede validates the subject area it touches.
@@ -514,6 +503,35 @@ class IngestMixin(ServiceState):
             id=target.id,
             current_id=current.id if current.t_invalid is None else None,
         )
+
+    def _close_interval(
+        self,
+        old: Memory,
+        t_invalid: datetime,
+        now: datetime,
+        to_payload: dict[str, Memory],
+        action: str,
+        detail: dict[str, Any],
+        superseded_by: str | None = None,
+    ) -> None:
+        """End a current memory's validity at ``t_invalid`` (SQLite now, the index payload with
+        the batch) and audit why: superseded by a new memory, or ended as stated."""
+        fields: dict[str, Any] = {"t_invalid": t_invalid, "updated_at": now}
+        if superseded_by is not None:
+            fields["superseded_by"] = superseded_by
+        self.meta.update_memory_fields(old.id, **fields)
+        old.t_invalid = t_invalid
+        to_payload[old.id] = old
+        self.meta.audit(
+            old.namespace, action, now, memory_id=old.id, other_id=superseded_by, detail=detail
+        )
+
+    def _tag_multi_valued(self, facts: Sequence[Memory]) -> list[str]:
+        """Tag facts as values of a multi-valued relation (they stay current); their ids."""
+        for fact in facts:
+            if not fact.multi_valued:
+                self.meta.update_memory_fields(fact.id, multi_valued=True)
+        return [f.id for f in facts]
 
     def _link_duplicate_entities(
         self, existing_id: str, entity_ids: Sequence[int], to_payload: dict[str, Memory]
@@ -603,17 +621,25 @@ class IngestMixin(ServiceState):
                 hits.append(IndexHit(point_id="", memory_id=other.memory.id, score=score))
         return find_duplicate(hits, self.settings.dedup.threshold)
 
+    def _facts_of(self, memory: Memory, canonical: str) -> list[Memory]:
+        """Every fact (current and past) of the memory's subject under ``canonical``."""
+        if memory.subject_entity_id is None:
+            return []
+        return self.meta.facts_for_predicate(memory.namespace, memory.subject_entity_id, canonical)
+
     def _decide_fact(
-        self, memory: Memory, request: StoreRequest, canonical: str, now: datetime
+        self,
+        memory: Memory,
+        request: StoreRequest,
+        canonical: str,
+        now: datetime,
+        facts: Sequence[Memory],
     ) -> tuple[conflicts.ConflictDecision, list[Memory]]:
-        """The conflict decision for ``memory`` as a value of (subject, ``canonical``)."""
+        """The conflict decision for ``memory`` as a value of (subject, ``canonical``), given
+        that relation's ``facts``."""
         namespace = memory.namespace
-        current: list[Memory] = []
-        history: list[Memory] = []
-        if memory.subject_entity_id is not None:
-            facts = self.meta.facts_for_predicate(namespace, memory.subject_entity_id, canonical)
-            current = [f for f in facts if f.t_invalid is None]
-            history = [f for f in facts if f.t_invalid is not None]
+        current = [f for f in facts if f.t_invalid is None]
+        history = [f for f in facts if f.t_invalid is not None]
         # A (subject, predicate) already tagged multi-valued keeps collecting values; a keyed
         # predicate (named, versioned values) replaces a value of the same name whatever the tags.
         explicit_multi = self._multi_valued(namespace, request, canonical)
@@ -642,16 +668,15 @@ class IngestMixin(ServiceState):
         va, vb = self.embedder.embed_documents([a, b])
         return float(np.dot(va, vb))
 
-    def _known_interval(self, memory: Memory, canonical: str, t_invalid: datetime) -> Memory | None:
-        """A stored fact with the same subject, predicate and value whose validity overlaps
-        [t_valid, t_invalid): the history being added is already known."""
-        if memory.subject_entity_id is None:
-            return None
+    @staticmethod
+    def _known_interval(
+        memory: Memory, facts: Sequence[Memory], t_invalid: datetime
+    ) -> Memory | None:
+        """A fact of ``facts`` with the same value whose validity overlaps [t_valid, t_invalid):
+        the history being added is already known."""
         start = memory.t_valid or memory.event_time
         wanted = conflicts.normalize_object(memory.object or "")
-        for fact in self.meta.facts_for_predicate(
-            memory.namespace, memory.subject_entity_id, canonical
-        ):
+        for fact in facts:
             fact_start = fact.t_valid or fact.event_time
             if (
                 conflicts.normalize_object(fact.object or "") == wanted
@@ -694,9 +719,10 @@ class IngestMixin(ServiceState):
         if explicit_supersede:
             out["status"] = "superseded"
             return out
+        facts = self._facts_of(memory, resolution.canonical)
         if request.t_invalid is not None:
             # A fact the caller says has ended is history as given: it changes no current fact.
-            known = self._known_interval(memory, resolution.canonical, request.t_invalid)
+            known = self._known_interval(memory, facts, request.t_invalid)
             if (
                 known is not None
                 and known.t_invalid is None
@@ -715,15 +741,7 @@ class IngestMixin(ServiceState):
                     "_end": (known, request.t_invalid),
                 }
             if known is not None:
-                return {
-                    "id": known.id,
-                    "type": "semantic",
-                    "namespace": namespace,
-                    "status": "duplicate",
-                    "duplicate_of": known.id,
-                    "message": "this value is already known for part of that interval; nothing "
-                    "was stored",
-                }
+                return _known_history(known)
             memory.t_invalid = request.t_invalid
             out["status"] = "historical"
             out["message"] = "stored as history: true from t_valid until t_invalid"
@@ -731,7 +749,7 @@ class IngestMixin(ServiceState):
                 namespace, "historical", now, memory_id=memory.id, detail={"reason": "t_invalid"}
             )
             return out
-        decision, current = self._decide_fact(memory, request, resolution.canonical, now)
+        decision, current = self._decide_fact(memory, request, resolution.canonical, now, facts)
         if decision.outcome is conflicts.Outcome.NEW:
             # A near-duplicate triple under another predicate is refused loudly, with its id:
             # the triple's cosine cannot tell "db version" (the same relation, reworded) from
@@ -780,10 +798,7 @@ class IngestMixin(ServiceState):
             memory.multi_valued = True
             out["status"] = "stored"
             out["multi_valued"] = True
-            out["also_current"] = [f.id for f in current]
-            for fact in current:
-                if not fact.multi_valued:
-                    self.meta.update_memory_fields(fact.id, multi_valued=True)
+            out["also_current"] = self._tag_multi_valued(current)
             self.meta.audit(
                 namespace,
                 "multi_valued",
@@ -794,16 +809,9 @@ class IngestMixin(ServiceState):
             return out
         if decision.outcome is conflicts.Outcome.HISTORICAL:
             assert decision.new_t_invalid is not None
-            known = self._known_interval(memory, resolution.canonical, decision.new_t_invalid)
+            known = self._known_interval(memory, facts, decision.new_t_invalid)
             if known is not None:
-                return {
-                    "id": known.id,
-                    "type": "semantic",
-                    "namespace": namespace,
-                    "status": "duplicate",
-                    "duplicate_of": known.id,
-                    "message": "this value is already known for that time; nothing was stored",
-                }
+                return _known_history(known)
             memory.t_invalid = decision.new_t_invalid
             keeper = decision.superseded_by_existing
             memory.superseded_by = keeper.id if keeper else None
@@ -835,10 +843,7 @@ class IngestMixin(ServiceState):
         if decision.coexists:
             # A keyed value replaced its namesake; the values of other names stay current.
             memory.multi_valued = True
-            out["also_current"] = [f.id for f in decision.coexists]
-            for fact in decision.coexists:
-                if not fact.multi_valued:
-                    self.meta.update_memory_fields(fact.id, multi_valued=True)
+            out["also_current"] = self._tag_multi_valued(decision.coexists)
         return out
 
     def _procedural(
@@ -971,6 +976,18 @@ def unused_fields(request: StoreRequest, memory_type: MemoryType) -> list[str]:
             continue
         out.append(name)
     return out
+
+
+def _known_history(known: Memory) -> dict[str, Any]:
+    """The answer to a past value that is already stored for (part of) that time."""
+    return {
+        "id": known.id,
+        "type": "semantic",
+        "namespace": known.namespace,
+        "status": "duplicate",
+        "duplicate_of": known.id,
+        "message": "this value is already known for that time; nothing was stored",
+    }
 
 
 def _named_ids(result: dict[str, Any]) -> list[str]:

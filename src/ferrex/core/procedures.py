@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from ferrex.core.chunking import STEP_MARKER
 from ferrex.core.memory import Memory
 
 _NAME_SEPARATORS = re.compile(r"\s+")
@@ -49,7 +50,6 @@ def same_name(a: str | None, b: str | None) -> bool:
     return a is not None and b is not None and normalize_name(a) == normalize_name(b)
 
 
-_LIST_MARKER = re.compile(r"^\s*(?:\d+[.)]|[-*•])\s+")
 _HEADER = re.compile(r"^\s*(?:procedure|steps)\s*:", re.IGNORECASE)
 _CONDITIONS = re.compile(r"^\s*when\s*:\s*", re.IGNORECASE)
 
@@ -63,7 +63,7 @@ def definition(memory: Memory) -> tuple[list[str], list[str]]:
     its number)."""
 
     def norm(text: str) -> str:
-        return " ".join(_LIST_MARKER.sub("", text, count=1).split())
+        return " ".join(STEP_MARKER.sub("", text, count=1).split())
 
     if memory.steps:
         return [norm(s) for s in memory.steps], [norm(c) for c in memory.conditions]
