@@ -229,8 +229,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _backend(settings: Settings, explicit_tier: bool) -> Any:
     from ferrex.bootstrap import Options, build_service, ensure_data_dir
-    from ferrex.server.dispatch import dispatch, hello_request, warn_overridden
-    from ferrex.server.engine import SharedBackend
+    from ferrex.runtime.operations import dispatch, hello_request, warn_overridden
+    from ferrex.runtime.shared import SharedBackend
 
     ensure_data_dir(settings.data_dir)
     return SharedBackend(
@@ -408,7 +408,7 @@ def _rebuild(settings: Settings, explicit_tier: bool) -> int:
     from ferrex.bootstrap import Options, build_service, ensure_data_dir, load_requested_model
     from ferrex.core.errors import FerrexError
     from ferrex.core.maintenance import rebuild
-    from ferrex.server.engine import OwnerLock
+    from ferrex.runtime.ownership import OwnerLock
 
     ensure_data_dir(settings.data_dir)
     lock = OwnerLock(settings.data_dir)

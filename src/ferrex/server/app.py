@@ -24,7 +24,7 @@ from mcp.server.stdio import stdio_server
 from ferrex import __version__
 from ferrex.core import errors
 from ferrex.core.errors import FerrexError
-from ferrex.server.engine import SharedBackend
+from ferrex.runtime.shared import SharedBackend
 from ferrex.server.tools import INSTRUCTIONS, TOOL_NAMES, TOOLS
 from ferrex.server.wire import CheckedLines, stdin_lines
 

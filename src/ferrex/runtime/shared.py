@@ -15,14 +15,8 @@ process up, answering every call with the error.
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
-import hashlib
 import json
 import os
-import socket
-import struct
-import tempfile
 import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -35,12 +29,12 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 
 from ferrex.core import errors
 from ferrex.core.errors import FerrexError
+from ferrex.runtime.ownership import OwnerLock, peer_uid, socket_path
 
 log = structlog.get_logger("ferrex.engine")
 
 MAX_LINE = 64 * 1024 * 1024
 _READ_ONLY_OPS = frozenset({"recall", "stats", "ping"})
-_UNIX_PATH_MAX = 100
 
 
 class Backend(Protocol):
@@ -51,69 +45,6 @@ class Backend(Protocol):
     async def call(self, op: str, arguments: dict[str, Any]) -> Any: ...
 
     async def aclose(self) -> None: ...
-
-
-def socket_path(data_dir: Path) -> Path:
-    candidate = data_dir / "ferrex.sock"
-    if len(str(candidate)) <= _UNIX_PATH_MAX:
-        return candidate
-    # Deep data dirs: a per-user 0700 directory in the temp dir (never an abstract socket,
-    # which any local user could reach).
-    short = Path(tempfile.gettempdir()) / f"ferrex-{os.getuid()}"
-    short.mkdir(mode=0o700, exist_ok=True)
-    os.chmod(short, 0o700)
-    digest = hashlib.sha1(str(data_dir.resolve()).encode()).hexdigest()[:16]
-    return short / f"{digest}.sock"
-
-
-class OwnerLock:
-    """An exclusive, non-blocking ``flock`` on ``<data dir>/ferrex.lock`` (released on exit)."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.path = data_dir / "ferrex.lock"
-        self._fd: int | None = None
-
-    def try_acquire(self) -> bool:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                return False
-            raise
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._fd = fd
-        return True
-
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
-
-    def owner_pid(self) -> int | None:
-        try:
-            text = self.path.read_text(encoding="utf-8").strip()
-            return int(text) if text else None
-        except (OSError, ValueError):
-            return None
-
-    def release(self) -> None:
-        if self._fd is not None:
-            try:
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
-            finally:
-                os.close(self._fd)
-                self._fd = None
-
-
-def _peer_uid(sock: socket.socket) -> int | None:
-    try:
-        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    except (OSError, AttributeError):
-        return None
-    _, uid, _ = struct.unpack("3i", creds)
-    return int(uid)
 
 
 # --------------------------------------------------------------------------- engine side
@@ -142,7 +73,7 @@ class EngineServer:
 
     async def _connection(self, stream: anyio.abc.SocketStream) -> None:
         raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)
-        if _peer_uid(raw) not in (None, os.getuid()):
+        if peer_uid(raw) not in (None, os.getuid()):
             await stream.aclose()
             return
         reader = BufferedByteReceiveStream(stream)
