@@ -40,101 +40,341 @@ class CliError(Exception):
 
 _TIERS = ["small", "mid", "best", "best-large", "multilingual"]
 _RERANKERS = ["default", "multilingual", "v2-m3", "v2-m3-int8", "turbo", "tiny", "ms-marco"]
+_TYPES = ["episodic", "semantic", "procedural"]
+
+# Flag groups: each command shows (in its --help) only the groups it uses. The top-level
+# parser (``ferrex [flags]`` serves MCP) has them all, so ``ferrex --data-dir X doctor`` works.
+FlagAdder = Callable[[argparse._ActionsContainer, Any], None]
 
 
-def _common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
-    default = argparse.SUPPRESS if suppress else None
-    add = parser.add_argument
-    add(
+def _store_flags(group: argparse._ActionsContainer, default: Any) -> None:
+    group.add_argument(
         "--data-dir",
         default=default,
         metavar="DIR",
         help="data directory (default ~/.ferrex; env FERREX_HOME)",
     )
-    add(
+    group.add_argument(
         "--config",
         default=default,
         metavar="FILE",
         help="ferrex.toml to read (default <data dir>/ferrex.toml)",
     )
-    add("--namespace", default=default, help="default namespace for tool calls (default 'default')")
-    add("--model-tier", default=default, choices=_TIERS, help="embedding model tier (default best)")
-    add(
+
+
+def _namespace_flag(group: argparse._ActionsContainer, default: Any) -> None:
+    group.add_argument(
+        "--namespace",
+        default=default,
+        help="namespace for calls that name none (default 'default')",
+    )
+
+
+def _model_flags(group: argparse._ActionsContainer, default: Any) -> None:
+    group.add_argument(
+        "--model-tier", default=default, choices=_TIERS, help="embedding model tier (default best)"
+    )
+    group.add_argument(
         "--model-path",
         default=default,
         metavar="DIR",
         help="load the tier's model from this local directory",
     )
-    add(
+    group.add_argument(
+        "--offline", action="store_true", default=default, help="never try to download models"
+    )
+
+
+def _rerank_flags(group: argparse._ActionsContainer, default: Any) -> None:
+    group.add_argument(
         "--reranker-tier",
         default=default,
         choices=_RERANKERS,
         help="cross-encoder tier (default 'default')",
     )
-    add(
+    group.add_argument(
         "--reranker-path", default=default, metavar="DIR", help="local ONNX cross-encoder directory"
     )
-    add("--no-rerank", action="store_true", default=default, help="disable cross-encoder reranking")
-    add("--qdrant-url", default=default, metavar="URL", help="use an external Qdrant server")
-    add(
+    group.add_argument(
+        "--no-rerank", action="store_true", default=default, help="disable cross-encoder reranking"
+    )
+
+
+def _qdrant_flags(group: argparse._ActionsContainer, default: Any) -> None:
+    group.add_argument(
+        "--qdrant-url", default=default, metavar="URL", help="use an external Qdrant server"
+    )
+    group.add_argument(
         "--qdrant-api-key",
         default=default,
         metavar="KEY",
         help="API key for --qdrant-url (env QDRANT_API_KEY)",
     )
-    add(
+
+
+def _tuning_flags(group: argparse._ActionsContainer, default: Any) -> None:
+    group.add_argument(
         "--staleness-config",
         default=default,
         metavar="FILE",
         help="TOML file with [staleness] thresholds",
     )
-    add(
+    group.add_argument(
+        "--threads", default=default, type=int, metavar="N", help="ONNX runtime threads"
+    )
+
+
+def _log_flags(group: argparse._ActionsContainer, default: Any) -> None:
+    group.add_argument(
         "--log-level",
         default=default,
         choices=["debug", "info", "warning", "error"],
         help="stderr log level",
     )
-    add("--offline", action="store_true", default=default, help="never try to download models")
-    add("--threads", default=default, type=int, metavar="N", help="ONNX runtime threads")
+
+
+SERVE_FLAGS: tuple[FlagAdder, ...] = (
+    _store_flags,
+    _namespace_flag,
+    _model_flags,
+    _rerank_flags,
+    _qdrant_flags,
+    _tuning_flags,
+    _log_flags,
+)
+STORE_FLAGS: tuple[FlagAdder, ...] = (_store_flags, _model_flags, _qdrant_flags, _log_flags)
+
+
+def _command(
+    commands: Any,
+    name: str,
+    flags: Sequence[FlagAdder],
+    help: str,
+    description: str | None = None,
+) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = commands.add_parser(
+        name, help=help, description=description or help, allow_abbrev=False
+    )
+    for add in flags:
+        add(parser, argparse.SUPPRESS)
+    return parser
+
+
+def _add_tool_commands(commands: Any) -> None:
+    """The human CLI: one command per MCP tool, same validation and answers (``--json``)."""
+    tool_flags = (*STORE_FLAGS, _namespace_flag)
+
+    def json_flag(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--json", action="store_true", help="print the tool's own JSON answer (for scripts)"
+        )
+
+    store = _command(
+        commands,
+        "store",
+        tool_flags,
+        "store a memory (as the store tool)",
+        "Store a memory, as the store tool does: an event (content), a fact (--subject "
+        "--predicate --object) or a procedure (--name --step ...). Exit status 0 stored, "
+        "1 refused (duplicate, bad input: the tool's error code), 2 usage.",
+    )
+    store.add_argument("content", nargs="?", help="the memory text (events; optional for facts)")
+    store.add_argument("--type", choices=_TYPES, help="memory type (auto-detected when omitted)")
+    store.add_argument(
+        "--entity", action="append", dest="entities", metavar="NAME", help="entity (repeatable)"
+    )
+    store.add_argument("--subject", help="fact subject")
+    store.add_argument("--predicate", help="fact predicate")
+    store.add_argument("--object", dest="object_", metavar="OBJECT", help="fact object")
+    store.add_argument("--confidence", type=float, help="fact confidence in [0, 1]")
+    store.add_argument("--name", help="procedure name")
+    store.add_argument(
+        "--step", action="append", dest="steps", metavar="TEXT", help="procedure step (repeatable)"
+    )
+    store.add_argument(
+        "--condition",
+        action="append",
+        dest="conditions",
+        metavar="TEXT",
+        help="procedure condition (repeatable)",
+    )
+    store.add_argument("--timestamp", metavar="ISO", help="when the event happened (ISO 8601)")
+    store.add_argument("--t-valid", metavar="ISO", help="when the fact became true")
+    store.add_argument("--t-invalid", metavar="ISO", help="when the fact stopped being true")
+    store.add_argument("--supersedes", metavar="ID", help="id of the memory this one replaces")
+    store.add_argument("--source", help="where this came from (memory:<id> cites a memory)")
+    store.add_argument("--context", metavar="JSON", help="context object as JSON")
+    store.add_argument("--pinned", action="store_true", default=None, help="never evict it")
+    store.add_argument(
+        "--multi-valued", action="store_true", default=None, help="the predicate has many values"
+    )
+    json_flag(store)
+
+    recall = _command(
+        commands,
+        "recall",
+        (*tool_flags, _rerank_flags),
+        "search memory (as the recall tool)",
+        "Search memory, as the recall tool does. Exit status 0 answered (even with no "
+        "results), 1 refused, 2 usage.",
+    )
+    recall.add_argument("query", help="what to look for")
+    recall.add_argument("--limit", type=int, metavar="N", help="at most N results (default 5)")
+    recall.add_argument(
+        "--type", action="append", dest="types", choices=_TYPES, help="memory type (repeatable)"
+    )
+    recall.add_argument(
+        "--entity", action="append", dest="entities", metavar="NAME", help="entity (repeatable)"
+    )
+    recall.add_argument("--after", metavar="ISO", help="time range start")
+    recall.add_argument("--before", metavar="ISO", help="time range end")
+    recall.add_argument("--as-of", metavar="ISO", help="what was true at this time")
+    recall.add_argument(
+        "--include-stale", action="store_true", default=None, help="also return stale memories"
+    )
+    recall.add_argument(
+        "--include-invalidated",
+        action="store_true",
+        default=None,
+        help="also return superseded facts",
+    )
+    recall.add_argument("--max-tokens", type=int, metavar="N", help="token budget for results")
+    recall.add_argument("--explain", action="store_true", default=None, help="show the ranks")
+    json_flag(recall)
+
+    forget = _command(
+        commands,
+        "forget",
+        tool_flags,
+        "delete memories by id (as the forget tool)",
+        "Delete memories by id, as the forget tool does. Unknown ids are reported, not fatal.",
+    )
+    forget.add_argument("ids", nargs="+", metavar="ID", help="memory id")
+    forget.add_argument(
+        "--cascade",
+        action="store_true",
+        default=None,
+        help="also remove entities only these memories referenced",
+    )
+    json_flag(forget)
+
+    stats = _command(commands, "stats", tool_flags, "memory overview (as the stats tool)")
+    stats.add_argument(
+        "--detailed", action="store_true", default=None, help="counts, staleness, storage, models"
+    )
+    json_flag(stats)
+
+    reflect = _command(
+        commands, "reflect", tool_flags, "memory health review (as the reflect tool)"
+    )
+    reflect.add_argument(
+        "--confirm", action="append", dest="confirm_ids", metavar="ID", help="mark as reviewed"
+    )
+    reflect.add_argument("--pin", action="append", dest="pin_ids", metavar="ID", help="pin")
+    reflect.add_argument("--unpin", action="append", dest="unpin_ids", metavar="ID", help="unpin")
+    json_flag(reflect)
+
+
+def _add_model_commands(commands: Any) -> None:
+    models = commands.add_parser(
+        "models",
+        help="list and download embedding and reranker models",
+        description="List the model tiers (sizes, which are cached, which the store is pinned "
+        "to) and download them ahead of time.",
+    )
+    sub = models.add_subparsers(dest="models_command", metavar="ACTION", required=True)
+    listing = _command(sub, "list", (_store_flags, _log_flags), "tiers, sizes, cache and pin")
+    listing.add_argument("--json", action="store_true", help="machine-readable list")
+    pull = _command(
+        sub,
+        "pull",
+        (_store_flags, _log_flags),
+        "download models into the cache (progress on stderr)",
+        "Download models into the model cache with a progress bar on stderr. Without "
+        "--tier or --reranker: the configured embedding model and reranker.",
+    )
+    pull.add_argument("--tier", choices=_TIERS, help="embedding model tier to download")
+    pull.add_argument("--reranker", choices=_RERANKERS, help="reranker tier to download")
+    pull.add_argument(
+        "--offline", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+    )
+
+
+def _add_client_commands(commands: Any) -> None:
+    config = commands.add_parser(
+        "config",
+        help="print (or --write) the MCP client entry that starts this ferrex",
+        description="Print the entry that starts this ferrex (its real path, the flags given "
+        "here) for an MCP client; --write merges it into the client's config file, keeping "
+        "a backup.",
+    )
+    sub = config.add_subparsers(dest="client", metavar="CLIENT", required=True)
+    for client, where in (
+        ("claude-desktop", "claude_desktop_config.json for this OS"),
+        ("claude-code", "~/.claude.json (--scope user) or ./.mcp.json (--scope project)"),
+    ):
+        parser = _command(
+            sub,
+            client,
+            (
+                _store_flags,
+                _namespace_flag,
+                _model_flags,
+                _rerank_flags,
+                _qdrant_flags,
+                _tuning_flags,
+                _log_flags,
+            ),
+            f"the {client} entry (server flags given here go into it)",
+            f"Print the {client} entry for this ferrex. Server flags given here "
+            f"(--data-dir, --qdrant-url, ...) go into the entry. --write merges it into {where}.",
+        )
+        parser.add_argument(
+            "--write", action="store_true", help="merge into the client's config (with a backup)"
+        )
+        parser.add_argument("--name", default="ferrex", help="server name (default ferrex)")
+        parser.add_argument("--file", metavar="FILE", help="config file to write instead")
+        if client == "claude-code":
+            parser.add_argument(
+                "--scope", choices=["user", "project"], default="user", help="(default user)"
+            )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ferrex",
+        allow_abbrev=False,  # a command's --reranker is not the server's --reranker-tier
         description=(
             "Local-first long-term memory MCP server (stdio). Without a command, serves MCP."
         ),
     )
     parser.add_argument("--version", action="version", version=f"ferrex {__version__}")
-    _common(parser, suppress=False)
+    for add in SERVE_FLAGS:
+        add(parser, None)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    common = argparse.ArgumentParser(add_help=False)
-    _common(common, suppress=True)
-    commands.add_parser("serve", parents=[common], help="start the MCP server on stdio (default)")
-    doctor = commands.add_parser(
-        "doctor", parents=[common], help="check SQLite and the vector index agree"
+    _command(commands, "serve", SERVE_FLAGS, "start the MCP server on stdio (default)")
+    _add_tool_commands(commands)
+    doctor = _command(
+        commands,
+        "doctor",
+        (*STORE_FLAGS, _rerank_flags),
+        "check SQLite and the vector index agree",
     )
     doctor.add_argument("--json", action="store_true", help="machine-readable report")
     doctor.add_argument(
         "--repair", action="store_true", help="fix orphans both ways and replay the journal"
     )
-    commands.add_parser(
-        "rebuild-index", parents=[common], help="recreate the vector index from SQLite"
-    )
-    export = commands.add_parser(
+    _command(commands, "rebuild-index", STORE_FLAGS, "recreate the vector index from SQLite")
+    export = _command(
+        commands,
         "export",
-        parents=[common],
-        help="write every memory as JSON lines",
-        description="Write every memory, entity and audit entry as JSON lines. With "
+        (*STORE_FLAGS, _namespace_flag),
+        "write every memory as JSON lines",
+        "Write every memory, entity and audit entry as JSON lines. With "
         "--namespace NS only that namespace is exported.",
     )
     export.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
-    export.add_argument(
-        "--only-namespace", dest="only_namespace", metavar="NS", help=argparse.SUPPRESS
-    )
-    importer = commands.add_parser(
-        "import", parents=[common], help="restore memories from an export file"
-    )
+    importer = _command(commands, "import", STORE_FLAGS, "restore memories from an export file")
     importer.add_argument("file", metavar="FILE", help="export file (JSON lines); '-' for stdin")
     importer.add_argument(
         "--batch",
@@ -143,6 +383,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help=f"memories per batch (default {IMPORT_BATCH})",
     )
+    _add_model_commands(commands)
+    _add_client_commands(commands)
     return parser
 
 
@@ -161,6 +403,8 @@ def _settings(args: argparse.Namespace) -> tuple[Settings, bool]:
         "offline": True if getattr(args, "offline", None) else None,
         "threads": getattr(args, "threads", None),
     }
+    if getattr(args, "command", None) == "models" and getattr(args, "offline", None):
+        cli["offline"] = True
     config = getattr(args, "config", None)
     staleness = getattr(args, "staleness_config", None)
     settings, warnings = load_settings(
@@ -168,7 +412,11 @@ def _settings(args: argparse.Namespace) -> tuple[Settings, bool]:
         config_path=Path(config).expanduser() if config else None,
         staleness_path=Path(staleness).expanduser() if staleness else None,
     )
-    configure(settings.log_level)
+    level = settings.log_level
+    explicit_level = "log_level" in settings.model_fields_set
+    if getattr(args, "command", None) in TOOL_COMMANDS and not explicit_level:
+        level = "error"  # a person at a shell: the answer itself carries the warnings
+    configure(level, settings.log_format, settings.log_file)
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     return settings, "model_tier" in settings.model_fields_set
@@ -180,6 +428,9 @@ def _fail(message: str) -> int:
     return 2
 
 
+TOOL_COMMANDS = ("store", "recall", "forget", "stats", "reflect")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -189,6 +440,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     command = args.command or "serve"
+    if command == "config":  # writes nothing of ferrex's and reaches no server
+        return _client_config(args)
+    if command == "models":
+        from ferrex.commands import models
+
+        if args.models_command == "list":
+            return models.list_models(settings, as_json=args.json)
+        return models.pull(settings, args.tier, args.reranker)
     from ferrex.bootstrap import DataDirError, ensure_data_dir
 
     try:
@@ -207,6 +466,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     problem = model_path_problem(settings.model_path)
     if problem and command != "doctor":  # doctor reports it as a failed check instead
         return _fail(problem)
+    if command in TOOL_COMMANDS:
+        from ferrex.commands.tools import run_tool_command
+
+        return run_tool_command(command, args, settings, explicit_tier)
     try:
         if command == "serve":
             return _serve(settings, explicit_tier)
@@ -222,6 +485,99 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(exc.message)
     parser.error(f"unknown command {command}")
     return 2
+
+
+# Server flags that ``ferrex config`` copies into a client's entry: (attribute, flag, is_path).
+_ENTRY_FLAGS = (
+    ("data_dir", "--data-dir", True),
+    ("config", "--config", True),
+    ("namespace", "--namespace", False),
+    ("model_tier", "--model-tier", False),
+    ("model_path", "--model-path", True),
+    ("reranker_tier", "--reranker-tier", False),
+    ("reranker_path", "--reranker-path", True),
+    ("no_rerank", "--no-rerank", False),
+    ("qdrant_url", "--qdrant-url", False),
+    ("staleness_config", "--staleness-config", True),
+    ("threads", "--threads", False),
+    ("log_level", "--log-level", False),
+    ("offline", "--offline", False),
+)
+
+
+def _client_config(args: argparse.Namespace) -> int:
+    from ferrex.commands.clients import run_config
+
+    serve_args: list[str] = []
+    for attribute, flag, is_path in _ENTRY_FLAGS:
+        value = getattr(args, attribute, None)
+        if value is None or value is False:
+            continue
+        if value is True:
+            serve_args.append(flag)
+            continue
+        text = str(Path(str(value)).expanduser().absolute()) if is_path else str(value)
+        serve_args += [flag, text]
+    env: dict[str, str] = {}
+    api_key = getattr(args, "qdrant_api_key", None)
+    if api_key:
+        env["QDRANT_API_KEY"] = api_key  # a secret: in the entry's env, never in its args
+    return run_config(
+        args.client,
+        serve_args,
+        env,
+        name=args.name,
+        write=args.write,
+        scope=getattr(args, "scope", "user"),
+        file=args.file,
+    )
+
+
+def startup_fields(settings: Settings) -> dict[str, Any]:
+    """What the one start-up line says: mode, data dir, model and reranker status."""
+    from ferrex.commands.models import store_pin
+    from ferrex.embed.models import (
+        BUNDLED_MODEL,
+        EMBEDDING_TIERS,
+        RERANKER_TIERS,
+        bundled_model_available,
+        is_cached,
+    )
+
+    pin = store_pin(settings)
+    if pin.get("embedding_model"):
+        model = f"{pin['embedding_model']} (pinned)"
+    else:
+        tier = EMBEDDING_TIERS[settings.model_tier]
+        if settings.model_path is not None:
+            where = "from --model-path"
+        elif is_cached(tier.model, settings.model_cache):
+            where = "cached"
+        elif tier.model.lower() == BUNDLED_MODEL.lower() and bundled_model_available():
+            where = "bundled"
+        else:
+            where = "not downloaded yet"
+        model = f"{tier.model} ({where})"
+    if not settings.rerank:
+        reranker = "off (--no-rerank)"
+    elif settings.reranker_path is not None:
+        reranker = "local (--reranker-path)"
+    else:
+        name = RERANKER_TIERS[settings.reranker_tier]
+        if is_cached(name, settings.model_cache, reranker=True):
+            reranker = f"{name} (cached)"
+        elif settings.offline:
+            reranker = f"{name} unavailable offline (fused order)"
+        else:
+            reranker = f"{name} (downloads in the background; fused order until then)"
+    mode = f"external Qdrant {settings.qdrant_url}" if settings.qdrant_url else "embedded"
+    return {
+        "version": __version__,
+        "mode": mode,
+        "data_dir": str(settings.data_dir),
+        "model": model,
+        "reranker": reranker,
+    }
 
 
 # --------------------------------------------------------------------------- backend
@@ -245,6 +601,7 @@ def _backend(settings: Settings, explicit_tier: bool) -> Any:
 def _serve(settings: Settings, explicit_tier: bool) -> int:
     from ferrex.server.app import run
 
+    structlog.get_logger("ferrex").info("ferrex starting", **startup_fields(settings))
     return run(_backend(settings, explicit_tier), settings.namespace)
 
 

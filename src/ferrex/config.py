@@ -265,6 +265,8 @@ class Settings(_Section):
     data_dir: Path = Field(default_factory=lambda: Path("~/.ferrex").expanduser())
     namespace: str = Field(default="default", pattern=NAMESPACE_PATTERN)
     log_level: LogLevel = "info"
+    log_format: Literal["console", "json"] = "console"  # FERREX_LOG_FORMAT
+    log_file: Path | None = None  # FERREX_LOG_FILE: also append the log lines to this file
     model_tier: ModelTier = "best"
     model_path: Path | None = None
     models_dir: Path | None = None
@@ -288,7 +290,9 @@ class Settings(_Section):
     cache: CacheConfig = Field(default_factory=CacheConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
 
-    @field_validator("data_dir", "model_path", "models_dir", "reranker_path", mode="before")
+    @field_validator(
+        "data_dir", "model_path", "models_dir", "reranker_path", "log_file", mode="before"
+    )
     @classmethod
     def _expand(cls, value: Any) -> Any:
         if isinstance(value, str) and value:

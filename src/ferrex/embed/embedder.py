@@ -20,6 +20,7 @@ from ferrex.embed.models import (
     EMBEDDING_TIERS,
     EmbeddingTier,
     bundled_model_available,
+    download,
     hub_reachable,
     prepare_bundled_model,
     quiet_fastembed,
@@ -143,8 +144,9 @@ class FastEmbedEmbedder:
         """Why the tier's model cannot load and what to do (no filesystem paths: agent-safe)."""
         message = (
             f"The embedding model {self.tier.model} is not in the local model cache and cannot "
-            "be downloaded (no network, or offline mode). Connect to the internet once, or "
-            "pass --model-path DIR with the model files"
+            "be downloaded (no network, or offline mode). Run `ferrex models pull --tier "
+            f"{self.tier.tier}` once with network access, or pass --model-path DIR with the "
+            "model files"
         )
         is_bundled = self.tier.model.lower() == BUNDLED_MODEL.lower()
         if bundled_model_available():
@@ -184,14 +186,7 @@ class FastEmbedEmbedder:
             ) from None
 
     def _download(self, model_name: str, cache: str) -> None:
-        from fastembed import TextEmbedding
-
-        for cls in TextEmbedding.EMBEDDINGS_REGISTRY:
-            for description in cls._list_supported_models():
-                if description.model.lower() == model_name.lower():
-                    cls.download_model(description, cache, retries=2)
-                    return
-        raise ValueError(f"unknown fastembed model {model_name}")
+        download(model_name, Path(cache))
 
     def _construct(self, cls: Any, name: str, **kwargs: Any) -> Any:
         return cls(name, threads=self.threads, **kwargs)

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 BGE_QUERY_INSTRUCTION = "Represent this sentence for searching relevant passages: "
 
@@ -140,3 +141,59 @@ def quiet_fastembed() -> Iterator[None]:
         yield
     finally:
         logger.enable("fastembed")
+
+
+# --------------------------------------------------------------------------- the model cache
+
+
+def fastembed_description(model_name: str, *, reranker: bool = False) -> Any:
+    """fastembed's own description of a model (sources, file names, size), or None."""
+    if reranker:
+        from fastembed.rerank.cross_encoder import TextCrossEncoder
+
+        registries: list[Any] = list(TextCrossEncoder.CROSS_ENCODER_REGISTRY)
+    else:
+        from fastembed import TextEmbedding
+
+        registries = list(TextEmbedding.EMBEDDINGS_REGISTRY)
+    for cls in registries:
+        for description in cls._list_supported_models():
+            if description.model.lower() == model_name.lower():
+                return cls, description
+    return None
+
+
+def is_cached(model_name: str, models_dir: Path, *, reranker: bool = False) -> bool:
+    """True when the model's files are in fastembed's cache under ``models_dir`` (no network)."""
+    found = fastembed_description(model_name, reranker=reranker)
+    if found is None:
+        return False
+    _, description = found
+    names = [description.model_file, *description.additional_files]
+    folders: list[Path] = []
+    if description.sources.hf:
+        from huggingface_hub.file_download import repo_folder_name
+
+        folders += [
+            snapshot
+            for snapshot in (
+                models_dir / repo_folder_name(repo_id=description.sources.hf, repo_type="model")
+            ).glob("snapshots/*")
+        ]
+    folders.append(models_dir / f"fast-{description.model.split('/')[-1]}")  # fastembed legacy
+    return any(all((folder / name).exists() for name in names) for folder in folders)
+
+
+def download(model_name: str, models_dir: Path, *, reranker: bool = False) -> Path:
+    """Download a model into the cache with a progress bar on stderr (also when stderr is not a
+    terminal, e.g. an MCP client's log). Raises on failure."""
+    from ferrex.embed.progress import StderrProgress
+
+    found = fastembed_description(model_name, reranker=reranker)
+    if found is None:
+        raise ValueError(f"unknown fastembed model {model_name}")
+    cls, description = found
+    models_dir.mkdir(parents=True, exist_ok=True)
+    return Path(
+        cls.download_model(description, str(models_dir), retries=2, tqdm_class=StderrProgress)
+    )

@@ -17,7 +17,7 @@ from typing import Any
 
 import structlog
 
-from ferrex.embed.models import RERANKER_TIERS, hub_reachable, quiet_fastembed
+from ferrex.embed.models import RERANKER_TIERS, download, hub_reachable, quiet_fastembed
 
 log = structlog.get_logger("ferrex.rerank")
 
@@ -134,8 +134,12 @@ class FastEmbedReranker:
         from fastembed.rerank.cross_encoder import TextCrossEncoder
 
         try:
+            download(self.model_name, self.models_dir, reranker=True)  # progress on stderr
             model = TextCrossEncoder(
-                self.model_name, cache_dir=str(self.models_dir), threads=self.threads
+                self.model_name,
+                cache_dir=str(self.models_dir),
+                local_files_only=True,
+                threads=self.threads,
             )
         except Exception as exc:
             with self._lock:

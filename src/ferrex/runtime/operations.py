@@ -19,7 +19,15 @@ TOOL_OPS = ("store", "recall", "forget", "reflect", "stats")
 # Settings that are not the engine's: each process keeps its own (the namespace travels with
 # every call). ``model_tier`` is checked on joining instead (see ``hello``), the API key is a
 # secret that never leaves the process.
-_PER_PROCESS = {"data_dir", "namespace", "log_level", "model_tier", "qdrant_api_key"}
+_PER_PROCESS = {
+    "data_dir",
+    "namespace",
+    "log_level",
+    "log_format",
+    "log_file",
+    "model_tier",
+    "qdrant_api_key",
+}
 _MAX_NAMED = 20
 
 

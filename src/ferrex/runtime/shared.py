@@ -298,7 +298,7 @@ class SharedBackend:
         if warm is not None:
             self._warm = threading.Thread(target=warm, name="ferrex-warm-up", daemon=True)
             self._warm.start()
-        log.info("ferrex engine started", pid=os.getpid())
+        log.debug("ferrex engine started", pid=os.getpid())
 
     async def _serve_peer(self, op: str, arguments: dict[str, Any]) -> Any:
         return await self._threads.run(self.dispatch, self.engine, op, arguments)

@@ -1,0 +1,1 @@
+"""The ``ferrex`` subcommands beyond serving MCP: models, client setup and the human CLI."""

@@ -1,0 +1,248 @@
+"""The human CLI: ``ferrex store / recall / forget / stats / reflect``.
+
+Each command builds the same arguments an agent sends to the tool of that name and sends them
+through the same path (the data dir's running engine when a server owns the store, or an
+engine started for the command when none does), so validation, error codes and answers are the
+tools' own. Output: a readable table by default, the tool's JSON answer with ``--json``. Exit
+status: 0 done, 1 refused (the answer's error code on stderr), 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import textwrap
+from typing import Any
+
+from ferrex.config import Settings
+
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """A flag value the command cannot turn into tool arguments."""
+
+
+def _given(**values: Any) -> dict[str, Any]:
+    return {key: value for key, value in values.items() if value is not None}
+
+
+def tool_arguments(command: str, args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    """The tool call's arguments, exactly as an agent would send them."""
+    namespace = settings.namespace
+    if command == "store":
+        context = None
+        if args.context is not None:
+            try:
+                context = json.loads(args.context)
+            except json.JSONDecodeError as exc:
+                raise UsageError(f"--context must be a JSON object ({exc.msg})") from None
+        return _given(
+            content=args.content,
+            type=args.type,
+            entities=args.entities,
+            subject=args.subject,
+            predicate=args.predicate,
+            object=args.object_,
+            confidence=args.confidence,
+            name=args.name,
+            steps=args.steps,
+            conditions=args.conditions,
+            timestamp=args.timestamp,
+            t_valid=args.t_valid,
+            t_invalid=args.t_invalid,
+            supersedes=args.supersedes,
+            source=args.source,
+            context=context,
+            pinned=args.pinned,
+            multi_valued=args.multi_valued,
+            namespace=namespace,
+        )
+    if command == "recall":
+        time_range = _given(after=args.after, before=args.before) or None
+        return _given(
+            query=args.query,
+            limit=args.limit,
+            types=args.types,
+            entities=args.entities,
+            time_range=time_range,
+            as_of=args.as_of,
+            include_stale=args.include_stale,
+            include_invalidated=args.include_invalidated,
+            max_tokens=args.max_tokens,
+            explain=args.explain,
+            namespace=namespace,
+        )
+    if command == "forget":
+        return _given(ids=args.ids, cascade=args.cascade, namespace=namespace)
+    if command == "stats":
+        return _given(detailed=args.detailed, namespace=namespace)
+    if command == "reflect":
+        return _given(
+            confirm_ids=args.confirm_ids,
+            pin_ids=args.pin_ids,
+            unpin_ids=args.unpin_ids,
+            namespace=namespace,
+        )
+    raise UsageError(f"unknown command {command}")
+
+
+def run_tool_command(
+    command: str, args: argparse.Namespace, settings: Settings, explicit_tier: bool
+) -> int:
+    from ferrex.cli import CliError, _operate
+
+    as_json = bool(getattr(args, "json", False))
+    try:
+        arguments = tool_arguments(command, args, settings)
+    except UsageError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return EXIT_USAGE
+    try:
+        answer = _operate(settings, explicit_tier, command, arguments)
+    except CliError as exc:
+        if as_json:
+            error = {"error": {"code": exc.code, "message": exc.message}}
+            sys.stdout.write(json.dumps(error, indent=2, ensure_ascii=False) + "\n")
+        sys.stderr.write(f"error [{exc.code}]: {exc.message}\n")
+        return EXIT_REFUSED
+    if as_json:
+        sys.stdout.write(json.dumps(answer, indent=2, ensure_ascii=False, default=str) + "\n")
+    else:
+        sys.stdout.write(render(command, answer))
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def _width() -> int:
+    return max(60, min(160, shutil.get_terminal_size((100, 24)).columns))
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    if isinstance(value, list | tuple):
+        return ", ".join(_cell(v) for v in value) if value else "-"
+    if isinstance(value, dict):
+        return json.dumps(value, ensure_ascii=False, default=str)
+    return str(value)
+
+
+def table(rows: list[list[str]], header: list[str], last_wraps: bool = True) -> list[str]:
+    """Columns padded to their widest cell; the last column takes the rest of the line."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]
+    fixed = sum(widths) + 2 * len(widths)
+    room = max(20, _width() - fixed)
+    lines = []
+    for row in [header, *rows]:
+        head = "  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True))
+        last = row[-1].replace("\n", " ")
+        chunks = textwrap.wrap(last, room) if last_wraps and last else [last]
+        lines.append(f"{head}  {chunks[0] if chunks else ''}".rstrip())
+        lines += [f"{' ' * fixed}{chunk}" for chunk in chunks[1:3]]
+        if len(chunks) > 3:
+            lines[-1] += " …"
+    return lines
+
+
+def _pairs(data: dict[str, Any], indent: int = 0, skip: tuple[str, ...] = ()) -> list[str]:
+    """Nested key: value lines (lists of objects as small tables)."""
+    lines: list[str] = []
+    pad = " " * indent
+    for key, value in data.items():
+        if key in skip:
+            continue
+        if isinstance(value, dict) and value:
+            lines.append(f"{pad}{key}:")
+            lines += _pairs(value, indent + 2)
+        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            lines.append(f"{pad}{key}: {len(value)}")
+            lines += [pad + "  " + line for line in _objects(value)]
+        else:
+            lines.append(f"{pad}{key}: {_cell(value)}")
+    return lines
+
+
+def _objects(items: list[dict[str, Any]]) -> list[str]:
+    """A list of objects as a table: scalar fields as columns, ``content`` last."""
+    keys: list[str] = []
+    for item in items:
+        keys += [k for k, v in item.items() if k not in keys and not isinstance(v, dict | list)]
+    if "content" in keys:
+        keys.remove("content")
+        keys.append("content")
+    rows = [[_cell(item.get(k)) for k in keys] for item in items]
+    return table(rows, keys) if keys else [_cell(item) for item in items]
+
+
+def render_recall(answer: dict[str, Any]) -> list[str]:
+    results = answer.get("results") or []
+    rows = []
+    for number, result in enumerate(results, start=1):
+        freshness = result.get("freshness") or {}
+        flags = []
+        if result.get("contradiction"):
+            flags.append("contradiction")
+        if result.get("included_as"):
+            flags.append(str(result["included_as"]))
+        if result.get("t_invalid"):
+            flags.append("invalidated")
+        content = str(result.get("content") or result.get("name") or "")
+        rows.append(
+            [
+                str(number),
+                _cell(result.get("score")),
+                str(result.get("type", "")),
+                str(freshness.get("staleness", "")),
+                f"{freshness.get('age_days', 0):.0f}d"
+                if isinstance(freshness.get("age_days"), int | float)
+                else "-",
+                str(result.get("id", "")),
+                (f"[{', '.join(flags)}] " if flags else "") + content,
+            ]
+        )
+    lines = (
+        table(rows, ["#", "score", "type", "freshness", "age", "id", "content"])
+        if rows
+        else ["no results"]
+    )
+    rest = {k: v for k, v in answer.items() if k != "results"}
+    if rest:
+        lines.append("")
+        lines += _pairs(rest)
+    return lines
+
+
+def render_store(answer: dict[str, Any]) -> list[str]:
+    words = [str(answer.get("status", "stored")), str(answer.get("type", "")), "memory"]
+    head = " ".join(w for w in [*words, str(answer.get("id", ""))] if w)
+    return [head, *_pairs(answer, 2, skip=("status", "type", "id"))]
+
+
+def render_forget(answer: dict[str, Any]) -> list[str]:
+    deleted = answer.get("deleted")
+    count = len(deleted) if isinstance(deleted, list) else deleted
+    lines = [f"deleted {count}"]
+    return lines + _pairs(answer, 2, skip=("deleted",) if not isinstance(deleted, list) else ())
+
+
+def render(command: str, answer: Any) -> str:
+    if not isinstance(answer, dict):
+        return _cell(answer) + "\n"
+    if command == "recall":
+        lines = render_recall(answer)
+    elif command == "store":
+        lines = render_store(answer)
+    elif command == "forget":
+        lines = render_forget(answer)
+    else:
+        lines = _pairs(answer)
+    return "\n".join(lines) + "\n"
