@@ -32,10 +32,14 @@ IMPORT_BATCH = 500  # memories per import call (each call is one engine request)
 class CliError(Exception):
     """An operator command failed: ``main`` prints ``error: <message>`` and exits with 2."""
 
-    def __init__(self, message: str, code: str = "error") -> None:
+    def __init__(
+        self, message: str, code: str = "error", details: dict[str, Any] | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
+        # A tool's refusal as the tool answers it ({"code", "message", ...}); else None.
+        self.details = details
 
 
 _TIERS = ["small", "mid", "best", "best-large", "multilingual"]
@@ -240,6 +244,12 @@ def _add_tool_commands(commands: Any) -> None:
     )
     recall.add_argument("--max-tokens", type=int, metavar="N", help="token budget for results")
     recall.add_argument("--explain", action="store_true", default=None, help="show the ranks")
+    recall.add_argument(
+        "--ids",
+        action="store_true",
+        dest="ids_only",
+        help="print only the result ids, one a line (for scripts)",
+    )
     json_flag(recall)
 
     forget = _command(
@@ -403,6 +413,8 @@ def _settings(args: argparse.Namespace) -> tuple[Settings, bool]:
         "offline": True if getattr(args, "offline", None) else None,
         "threads": getattr(args, "threads", None),
     }
+    if getattr(args, "command", None) in TOOL_COMMANDS:
+        cli["namespace"] = None  # the tool call's own argument: the tool validates it
     if getattr(args, "command", None) == "models" and getattr(args, "offline", None):
         cli["offline"] = True
     config = getattr(args, "config", None)
@@ -646,7 +658,7 @@ def _cli_error(exc: BaseException, settings: Settings) -> CliError:
 
     failure = _first_failure(exc)
     if isinstance(failure, FerrexError):
-        return CliError(failure.message, failure.code)
+        return CliError(failure.message, failure.code, failure.to_dict())
     if isinstance(failure, sqlite3.DatabaseError) and not isinstance(
         failure, sqlite3.IntegrityError | sqlite3.OperationalError
     ):

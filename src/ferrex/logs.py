@@ -104,6 +104,7 @@ def _quiet_loguru(sink: _Tee) -> None:
     except ImportError:  # pragma: no cover - loguru comes with fastembed
         return
     logger.remove()
+
     def write(message: Any) -> None:
         sink.write(str(message))
 

@@ -31,7 +31,8 @@ def _given(**values: Any) -> dict[str, Any]:
 
 def tool_arguments(command: str, args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     """The tool call's arguments, exactly as an agent would send them."""
-    namespace = settings.namespace
+    given = getattr(args, "namespace", None)
+    namespace = given if given is not None else settings.namespace
     if command == "store":
         context = None
         if args.context is not None:
@@ -104,12 +105,14 @@ def run_tool_command(
         answer = _operate(settings, explicit_tier, command, arguments)
     except CliError as exc:
         if as_json:
-            error = {"error": {"code": exc.code, "message": exc.message}}
+            error = {"error": exc.details or {"code": exc.code, "message": exc.message}}
             sys.stdout.write(json.dumps(error, indent=2, ensure_ascii=False) + "\n")
         sys.stderr.write(f"error [{exc.code}]: {exc.message}\n")
         return EXIT_REFUSED
     if as_json:
         sys.stdout.write(json.dumps(answer, indent=2, ensure_ascii=False, default=str) + "\n")
+    elif getattr(args, "ids_only", False):
+        sys.stdout.write("".join(f"{r['id']}\n" for r in answer.get("results", [])))
     else:
         sys.stdout.write(render(command, answer))
     return EXIT_OK
@@ -229,9 +232,11 @@ def render_store(answer: dict[str, Any]) -> list[str]:
 
 def render_forget(answer: dict[str, Any]) -> list[str]:
     deleted = answer.get("deleted")
-    count = len(deleted) if isinstance(deleted, list) else deleted
-    lines = [f"deleted {count}"]
-    return lines + _pairs(answer, 2, skip=("deleted",) if not isinstance(deleted, list) else ())
+    if isinstance(deleted, list):
+        head = f"deleted {len(deleted)}" + (f": {', '.join(deleted)}" if deleted else "")
+    else:
+        head = f"deleted {deleted}"
+    return [head, *_pairs(answer, 2, skip=("deleted",))]
 
 
 def render(command: str, answer: Any) -> str:
