@@ -6,10 +6,12 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import structlog
 
 from ferrex.config import Settings
+from ferrex.core import errors
 from ferrex.core.errors import MODEL_UNAVAILABLE, FerrexError
 from ferrex.core.ports import VectorIndex
 from ferrex.core.service import (
@@ -94,7 +96,150 @@ def load_requested_model(settings: Settings) -> FastEmbedEmbedder:
     return embedder
 
 
-def build_service(settings: Settings, options: Options | None = None) -> MemoryService:
+INDEX_MODE = "index_mode"  # meta key: "embedded" or "sidecar" (where this store's vectors are)
+INDEX_MODES = ("embedded", "sidecar")
+_SEARCHED = "--qdrant-bin, FERREX_QDRANT_BIN, PATH, <data dir>/bin/qdrant"
+
+
+@dataclass(frozen=True)
+class ModeChoice:
+    mode: str  # embedded | sidecar | external | local
+    reason: str
+    binary: Any = None  # the sidecar's Binary
+
+
+def choose_index_mode(settings: Settings, meta: MetadataStore) -> ModeChoice:
+    """Which vector index this process opens, and why (never a silent switch of a store).
+
+    ``--qdrant-url`` wins (external). Otherwise the store keeps the mode it was created in
+    (recorded in SQLite; a store from before modes existed is embedded); a new store gets the
+    sidecar when a ``qdrant`` binary is found, else the embedded engine. The choice is recorded.
+    """
+    choice = decide_index_mode(settings, meta.get_meta(INDEX_MODE), meta.get_meta(PIN_NAME))
+    if choice.mode == "unavailable":
+        raise FerrexError(errors.UNAVAILABLE, choice.reason)
+    if choice.mode in INDEX_MODES and meta.get_meta(INDEX_MODE) != choice.mode:
+        meta.set_meta(INDEX_MODE, choice.mode)
+    return choice
+
+
+def decide_index_mode(settings: Settings, recorded: str | None, pinned: str | None) -> ModeChoice:
+    """The rule behind ``choose_index_mode`` (mode ``unavailable``: a refusal, with why)."""
+    from ferrex.runtime.sidecar import find_binary
+
+    if settings.qdrant_url:
+        return ModeChoice("external", "--qdrant-url is set (vectors on that Qdrant server)")
+    try:
+        binary = find_binary(settings.qdrant_bin, settings.data_dir)
+    except FerrexError as exc:
+        return ModeChoice("unavailable", exc.message)
+    if recorded == "sidecar":
+        if binary is None:
+            return ModeChoice(
+                "unavailable",
+                "this store's vectors are in a Qdrant sidecar but no qdrant binary was found "
+                f"({_SEARCHED}); install qdrant or point --qdrant-bin at it, or run "
+                "`ferrex migrate-index --to embedded` to rebuild the index in the embedded engine",
+            )
+        return ModeChoice(
+            "sidecar",
+            f"this store's index is in the sidecar (qdrant from {binary.found_by})",
+            binary,
+        )
+    if recorded == "embedded" or pinned is not None:
+        reason = "this store's index is in the embedded engine"
+        if binary is not None:
+            reason += (
+                f"; a qdrant binary was found ({binary.found_by}): "
+                "`ferrex migrate-index --to sidecar` moves the index there"
+            )
+        return ModeChoice("embedded", reason)
+    if binary is not None:
+        return ModeChoice(
+            "sidecar", f"new store and a qdrant binary was found ({binary.found_by})", binary
+        )
+    return ModeChoice("embedded", f"no qdrant binary found ({_SEARCHED})")
+
+
+def preview_index_mode(settings: Settings) -> ModeChoice:
+    """What ``choose_index_mode`` will pick, read-only (safe while another process owns the
+    store): for the start-up line, before the store is opened."""
+    import sqlite3
+
+    recorded = pinned = None
+    if settings.db_path.exists():
+        try:
+            connection = sqlite3.connect(f"file:{settings.db_path}?mode=ro", uri=True, timeout=5)
+            try:
+                rows = dict(
+                    connection.execute(
+                        "SELECT key, value FROM meta WHERE key IN (?, ?)", (INDEX_MODE, PIN_NAME)
+                    ).fetchall()
+                )
+            finally:
+                connection.close()
+            recorded, pinned = rows.get(INDEX_MODE), rows.get(PIN_NAME)
+        except sqlite3.Error:
+            pass
+    return decide_index_mode(settings, recorded, pinned)
+
+
+def open_sidecar_index(settings: Settings, binary: Any, reason: str) -> VectorIndex:
+    """Start (or reuse) the data dir's sidecar and open the qdrant-client adapter on it."""
+    from ferrex.runtime.ownership import attached
+    from ferrex.runtime.sidecar import Sidecar, connect_client
+    from ferrex.store.qdrant import QdrantIndex
+
+    sidecar = Sidecar(settings.data_dir, binary)
+    endpoint = sidecar.ensure_running()
+    attach = attached(settings.data_dir)
+
+    def leave() -> None:
+        sidecar.release(attach.alone)
+
+    try:
+        client = connect_client(endpoint)
+    except BaseException:
+        leave()
+        raise
+    details = {"sidecar": {**endpoint.describe(), "binary": str(binary.path)}}
+    return QdrantIndex(client, mode="sidecar", reason=reason, details=details, on_close=leave)
+
+
+def open_index(
+    settings: Settings, meta: MetadataStore, options: Options, mode: str | None = None
+) -> VectorIndex:
+    """The vector index for this store: ``mode`` when given (migrate-index), else chosen."""
+    if options.qdrant_client is not None:
+        from ferrex.store.qdrant import QdrantIndex
+
+        return QdrantIndex(options.qdrant_client, mode="local")  # type: ignore[arg-type]
+    if mode is None:
+        choice = choose_index_mode(settings, meta)
+    elif mode == "sidecar":
+        from ferrex.runtime.sidecar import find_binary
+
+        binary = find_binary(settings.qdrant_bin, settings.data_dir)
+        if binary is None:
+            raise FerrexError(
+                errors.UNAVAILABLE, f"no qdrant binary found ({_SEARCHED}); nothing was changed"
+            )
+        choice = ModeChoice("sidecar", "migrate-index --to sidecar", binary)
+    else:
+        choice = ModeChoice("embedded", "migrate-index --to embedded")
+    if choice.mode == "external":
+        from ferrex.store.qdrant import QdrantIndex, fail_fast
+
+        client = fail_fast(settings.qdrant_url or "", settings.qdrant_api_key)
+        return QdrantIndex(client, mode="external", reason=choice.reason)
+    if choice.mode == "sidecar":
+        return open_sidecar_index(settings, choice.binary, choice.reason)
+    return EdgeIndex(settings.index_path, reason=choice.reason)
+
+
+def build_service(
+    settings: Settings, options: Options | None = None, index_mode: str | None = None
+) -> MemoryService:
     options = options or Options()
     ensure_data_dir(settings.data_dir)
     meta = MetadataStore(settings.db_path)
@@ -130,17 +275,11 @@ def build_service(settings: Settings, options: Options | None = None) -> MemoryS
         offline=offline,
         threads=settings.threads,
     )
-    index: VectorIndex
-    if options.qdrant_client is not None or settings.qdrant_url:
-        from ferrex.store.qdrant import QdrantIndex, fail_fast
-
-        client = options.qdrant_client or fail_fast(
-            settings.qdrant_url or "", settings.qdrant_api_key
-        )
-        mode = "external" if settings.qdrant_url else "local"
-        index = QdrantIndex(client, mode=mode)  # type: ignore[arg-type]
-    else:
-        index = EdgeIndex(settings.index_path)
+    try:
+        index = open_index(settings, meta, options, index_mode)
+    except BaseException:
+        meta.close()
+        raise
     service = MemoryService(
         settings,
         meta,

@@ -5,6 +5,8 @@ ferrex doctor [--json] [--repair]     compare SQLite and the vector index
 ferrex rebuild-index [--model-tier X] recreate the vector index from SQLite
 ferrex export [--namespace NS]        JSON lines on stdout (or -o FILE)
 ferrex import FILE                    restore an export
+ferrex serve --http HOST:PORT         the team server: MCP streamable HTTP at /mcp
+ferrex migrate-index --to MODE        rebuild the index in the sidecar or the embedded engine
 """
 
 from __future__ import annotations
@@ -113,6 +115,13 @@ def _qdrant_flags(group: argparse._ActionsContainer, default: Any) -> None:
         default=default,
         metavar="KEY",
         help="API key for --qdrant-url (env QDRANT_API_KEY)",
+    )
+    group.add_argument(
+        "--qdrant-bin",
+        default=default,
+        metavar="FILE",
+        help="qdrant binary for sidecar mode (env FERREX_QDRANT_BIN; else PATH, "
+        "<data dir>/bin/qdrant)",
     )
 
 
@@ -362,7 +371,22 @@ def build_parser() -> argparse.ArgumentParser:
     for add in SERVE_FLAGS:
         add(parser, None)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    _command(commands, "serve", SERVE_FLAGS, "start the MCP server on stdio (default)")
+    serve = _command(commands, "serve", SERVE_FLAGS, "start the MCP server on stdio (default)")
+    serve.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help="serve MCP streamable HTTP at /mcp instead of stdio (host 127.0.0.1 by default; "
+        "bearer token FERREX_HTTP_TOKEN, or one generated into the data dir)",
+    )
+    migrate = _command(
+        commands,
+        "migrate-index",
+        STORE_FLAGS,
+        "move the vector index between the embedded engine and the Qdrant sidecar",
+        "Rebuild this store's vector index from SQLite in the target (the managed Qdrant "
+        "sidecar or the embedded engine) and switch the store to it.",
+    )
+    migrate.add_argument("--to", required=True, choices=["sidecar", "embedded"], dest="target")
     _add_tool_commands(commands)
     doctor = _command(
         commands,
@@ -409,6 +433,7 @@ def _settings(args: argparse.Namespace) -> tuple[Settings, bool]:
         "rerank": False if getattr(args, "no_rerank", None) else None,
         "qdrant_url": getattr(args, "qdrant_url", None),
         "qdrant_api_key": getattr(args, "qdrant_api_key", None),
+        "qdrant_bin": getattr(args, "qdrant_bin", None),
         "log_level": getattr(args, "log_level", None),
         "offline": True if getattr(args, "offline", None) else None,
         "threads": getattr(args, "threads", None),
@@ -484,7 +509,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_tool_command(command, args, settings, explicit_tier)
     try:
         if command == "serve":
+            if getattr(args, "http", None):
+                return _serve_http(settings, explicit_tier, args.http)
             return _serve(settings, explicit_tier)
+        if command == "migrate-index":
+            return _migrate(settings, explicit_tier, args.target)
         if command == "doctor":
             return _doctor(settings, explicit_tier, as_json=args.json, repair=args.repair)
         if command == "rebuild-index":
@@ -582,10 +611,14 @@ def startup_fields(settings: Settings) -> dict[str, Any]:
             reranker = f"{name} unavailable offline (fused order)"
         else:
             reranker = f"{name} (downloads in the background; fused order until then)"
-    mode = f"external Qdrant {settings.qdrant_url}" if settings.qdrant_url else "embedded"
+    from ferrex.bootstrap import preview_index_mode
+
+    choice = preview_index_mode(settings)
+    mode = f"external Qdrant {settings.qdrant_url}" if settings.qdrant_url else choice.mode
     return {
         "version": __version__,
         "mode": mode,
+        "mode_reason": choice.reason,
         "data_dir": str(settings.data_dir),
         "model": model,
         "reranker": reranker,
@@ -615,6 +648,68 @@ def _serve(settings: Settings, explicit_tier: bool) -> int:
 
     structlog.get_logger("ferrex").info("ferrex starting", **startup_fields(settings))
     return run(_backend(settings, explicit_tier), settings.namespace)
+
+
+def _serve_http(settings: Settings, explicit_tier: bool, bind_text: str) -> int:
+    from ferrex.server.http import HttpSetupError, parse_bind, resolve_token, run_http
+
+    try:
+        bind = parse_bind(bind_text)
+        token = resolve_token(settings.http_token, settings.data_dir, bind)
+    except HttpSetupError as exc:
+        raise CliError(str(exc)) from None
+    return run_http(_backend(settings, explicit_tier), bind, token, settings.namespace)
+
+
+def _migrate(settings: Settings, explicit_tier: bool, target: str) -> int:
+    """Rebuild the index from SQLite in ``target`` and switch the store to it (this process
+    must own the data dir). The store keeps its old mode until the rebuild has finished."""
+    from ferrex.bootstrap import INDEX_MODE, Options, build_service
+    from ferrex.core.maintenance import rebuild
+    from ferrex.runtime.ownership import OwnerLock
+    from ferrex.runtime.sidecar import Sidecar
+    from ferrex.store.sqlite import MetadataStore
+
+    if settings.qdrant_url:
+        raise CliError(
+            "migrate-index moves the index between the embedded engine and the sidecar; "
+            "--qdrant-url points at an external server (drop it, or use rebuild-index there)"
+        )
+    lock = OwnerLock(settings.data_dir)
+    if not lock.try_acquire():
+        raise CliError(
+            f"a ferrex server (pid {lock.owner_pid()}) is using {settings.data_dir}; stop it "
+            "(close the MCP clients) and run migrate-index again"
+        )
+    try:
+        meta = MetadataStore(settings.db_path)
+        try:
+            current = meta.get_meta(INDEX_MODE) or "embedded"
+        finally:
+            meta.close()
+        if current == target:
+            sys.stderr.write(f"the index is already in the {target} mode; nothing to do\n")
+            return 0
+        service = build_service(settings, Options(explicit_model_tier=explicit_tier), target)
+        try:
+            result = rebuild(service, _progress(f"rebuilding the index ({target})"))
+            service.meta.set_meta(INDEX_MODE, target)
+        finally:
+            service.close()
+        if target == "embedded":
+            Sidecar(settings.data_dir, None).stop()  # one left running by an earlier owner
+        left = "index" if target == "sidecar" else "qdrant-data"
+        sys.stderr.write(
+            f"migrated {result['memories']} memories from {current} to {target}; the old "
+            f"index is left in <data dir>/{left} (delete it to reclaim the space)\n"
+        )
+    except CliError:
+        raise
+    except Exception as exc:
+        raise _cli_error(exc, settings) from None
+    finally:
+        lock.release()
+    return 0
 
 
 def _operate(settings: Settings, explicit_tier: bool, op: str, arguments: dict[str, Any]) -> Any:
@@ -725,7 +820,7 @@ def render_doctor(report: dict[str, Any]) -> str:
         f"ferrex doctor — {report['data_dir']}",
         f"[{mark(permissions['ok'])}] data dir permissions {permissions['mode']}",
         f"[ok  ] schema version {report['schema_version']}",
-        f"[ok  ] vector index mode: {report['mode']}",
+        f"[ok  ] vector index mode: {report['mode']}" + _mode_detail(report.get("index_mode")),
         f"[{mark(bool(model.get('available')))}] embedding model: "
         + (
             f"pinned {model.get('pinned')} ({model.get('dimension')}-d, "
@@ -757,6 +852,20 @@ def render_doctor(report: dict[str, Any]) -> str:
         else "SQLite and the index DISAGREE: run `ferrex doctor --repair`."
     )
     return "\n".join(lines) + "\n"
+
+
+def _mode_detail(index_mode: Any) -> str:
+    if not isinstance(index_mode, dict):
+        return ""
+    text = f" ({index_mode['reason']})" if index_mode.get("reason") else ""
+    sidecar = index_mode.get("sidecar")
+    if isinstance(sidecar, dict):
+        text += (
+            f"\n      sidecar: pid {sidecar.get('pid')}, {sidecar.get('host')}:"
+            f"{sidecar.get('http_port')} (HTTP) / {sidecar.get('grpc_port')} (gRPC), "
+            f"{'reused' if sidecar.get('reused') else 'started here'}, {sidecar.get('binary')}"
+        )
+    return text
 
 
 def _progress(label: str) -> Any:

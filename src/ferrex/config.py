@@ -277,6 +277,10 @@ class Settings(_Section):
     reranker_path: Path | None = None
     qdrant_url: str | None = None
     qdrant_api_key: str | None = None
+    # The Qdrant server binary for sidecar mode (else PATH, else <data dir>/bin/qdrant).
+    qdrant_bin: Path | None = None
+    # Bearer token of the team server (`ferrex serve --http`); env FERREX_HTTP_TOKEN.
+    http_token: str | None = None
     threads: int | None = Field(default=None, ge=1, le=64)
 
     retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
@@ -291,7 +295,13 @@ class Settings(_Section):
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
 
     @field_validator(
-        "data_dir", "model_path", "models_dir", "reranker_path", "log_file", mode="before"
+        "data_dir",
+        "model_path",
+        "models_dir",
+        "reranker_path",
+        "log_file",
+        "qdrant_bin",
+        mode="before",
     )
     @classmethod
     def _expand(cls, value: Any) -> Any:

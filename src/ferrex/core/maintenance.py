@@ -47,6 +47,12 @@ def doctor(service: MemoryService, *, repair: bool = False) -> dict[str, Any]:
     report["permissions"] = {"mode": oct(mode), "ok": not mode & 0o077}
     report["schema_version"] = meta.schema_version
     report["mode"] = service.index.mode
+    index_stats = service.index.stats()
+    report["index_mode"] = {
+        "mode": index_stats.mode,
+        "reason": index_stats.reason or None,
+        **({"sidecar": index_stats.details["sidecar"]} if "sidecar" in index_stats.details else {}),
+    }
     model: dict[str, Any] = {}
     try:
         service.ensure_ready()  # loads the model and pins it on a new store

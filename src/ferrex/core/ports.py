@@ -128,6 +128,7 @@ class IndexStats:
     mode: str
     points: int
     details: dict[str, Any] = field(default_factory=dict)
+    reason: str = ""  # why this mode was chosen (start-up log line, stats, doctor)
 
 
 class VectorIndex(Protocol):

@@ -161,7 +161,16 @@ def stats(service: MemoryService, request: StatsRequest) -> dict[str, Any]:
                 else None
             ),
         },
-        "index": {"mode": index_stats.mode, "points_all_namespaces": index_stats.points},
+        "index": {
+            "mode": index_stats.mode,
+            "reason": index_stats.reason or None,
+            "points_all_namespaces": index_stats.points,
+            **(
+                {"sidecar": index_stats.details["sidecar"]}
+                if "sidecar" in index_stats.details
+                else {}
+            ),
+        },
         "cache": service.cache.stats(),
         "journal_backlog": meta.journal_backlog(),
     }

@@ -17,8 +17,8 @@ log = structlog.get_logger("ferrex.engine")
 
 TOOL_OPS = ("store", "recall", "forget", "reflect", "stats")
 # Settings that are not the engine's: each process keeps its own (the namespace travels with
-# every call). ``model_tier`` is checked on joining instead (see ``hello``), the API key is a
-# secret that never leaves the process.
+# every call). ``model_tier`` is checked on joining instead (see ``hello``); the API key and the
+# HTTP token are secrets that never leave the process.
 _PER_PROCESS = {
     "data_dir",
     "namespace",
@@ -27,6 +27,7 @@ _PER_PROCESS = {
     "log_file",
     "model_tier",
     "qdrant_api_key",
+    "http_token",
 }
 _MAX_NAMED = 20
 

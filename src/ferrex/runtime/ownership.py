@@ -80,3 +80,53 @@ def peer_uid(sock: socket.socket) -> int | None:
         return None
     _, uid, _ = struct.unpack("3i", creds)
     return int(uid)
+
+
+class AttachLock:
+    """A shared ``flock`` on ``<data dir>/ferrex.attached`` held by every ferrex process on the
+    data dir (engine and peers alike) for its lifetime: the owner leaving can tell whether it
+    is the last one (then it stops the Qdrant sidecar) or another process will take over."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = data_dir / "ferrex.attached"
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        if self._fd is not None:
+            return
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_SH)  # waits while a leaving owner stops the sidecar
+        self._fd = fd
+
+    def alone(self) -> bool:
+        """True when no other process is attached. Holds the lock exclusively until
+        ``release`` (a process arriving meanwhile waits for the sidecar to be stopped)."""
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # converts our shared lock
+        except OSError as exc:
+            if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                return False
+            raise
+        return True
+
+    def release(self) -> None:
+        if self._fd is not None:
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            finally:
+                os.close(self._fd)
+                self._fd = None
+
+
+_ATTACHED: dict[Path, AttachLock] = {}
+
+
+def attached(data_dir: Path) -> AttachLock:
+    """This process's attach lock on ``data_dir`` (one per process and data dir)."""
+    key = data_dir.resolve()
+    lock = _ATTACHED.get(key)
+    if lock is None:
+        lock = _ATTACHED[key] = AttachLock(key)
+    return lock

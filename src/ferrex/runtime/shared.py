@@ -29,7 +29,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 
 from ferrex.core import errors
 from ferrex.core.errors import FerrexError
-from ferrex.runtime.ownership import OwnerLock, peer_uid, socket_path
+from ferrex.runtime.ownership import OwnerLock, attached, peer_uid, socket_path
 
 log = structlog.get_logger("ferrex.engine")
 
@@ -244,6 +244,9 @@ class SharedBackend:
 
     async def start(self, task_group: anyio.abc.TaskGroup) -> None:
         self._task_group = task_group
+        # Attached for this process's lifetime: the owner leaving stops the Qdrant sidecar
+        # only when no other ferrex process is attached (see ``AttachLock``).
+        await anyio.to_thread.run_sync(attached(self.data_dir).acquire)
         await self._become_something()
 
     async def _become_something(self) -> None:
@@ -298,7 +301,13 @@ class SharedBackend:
         if warm is not None:
             self._warm = threading.Thread(target=warm, name="ferrex-warm-up", daemon=True)
             self._warm.start()
-        log.debug("ferrex engine started", pid=os.getpid())
+        index = getattr(self.engine, "index", None)
+        log.info(
+            "ferrex engine started",
+            pid=os.getpid(),
+            index_mode=getattr(index, "mode", None),
+            why=getattr(index, "reason", None) or None,
+        )
 
     async def _serve_peer(self, op: str, arguments: dict[str, Any]) -> Any:
         return await self._threads.run(self.dispatch, self.engine, op, arguments)
@@ -361,12 +370,19 @@ class SharedBackend:
             **({"cause": repr(cause)[:300]} if cause is not None else {}),
         )
 
+    def _index_mode(self) -> str | None:
+        return getattr(getattr(self.engine, "index", None), "mode", None)
+
     async def aclose(self) -> None:
         if self._closing:
             return
         self._closing = True
         if self._server is not None:
             await self._server.aclose()
+        if self._warm is not None and self._warm.is_alive() and self._index_mode() == "sidecar":
+            # gRPC aborts the interpreter at exit while a call is in flight in another thread
+            # (the warm-up creating the collection): let the warm-up finish first.
+            await anyio.to_thread.run_sync(self._warm.join, 60.0)
         if self._connection is not None:
             await self._connection.aclose()
         if self.engine is not None:
@@ -374,3 +390,4 @@ class SharedBackend:
             if close is not None:
                 await anyio.to_thread.run_sync(close)
         self.lock.release()
+        attached(self.data_dir).release()

@@ -29,8 +29,9 @@ class EdgeIndex:
 
     mode = "embedded"
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, reason: str = "") -> None:
         self.path = path
+        self.reason = reason
         self._shard: q.EdgeShard | None = None
         self._lock = threading.RLock()
         if (path / "edge_config.json").exists() or _has_segments(path):
@@ -207,7 +208,9 @@ class EdgeIndex:
 
     def stats(self) -> IndexStats:
         if self._shard is None:
-            return IndexStats(mode=self.mode, points=0, details={"initialised": False})
+            return IndexStats(
+                mode=self.mode, points=0, details={"initialised": False}, reason=self.reason
+            )
         info = self.shard.info()
         return IndexStats(
             mode=self.mode,
@@ -217,6 +220,7 @@ class EdgeIndex:
                 "indexed_vectors": int(info.indexed_vectors_count),
                 "payload_indexes": sorted(info.payload_schema.keys()),
             },
+            reason=self.reason,
         )
 
     def reset(self, dimension: int) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 import threading
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from qdrant_client import QdrantClient, models
@@ -58,11 +58,21 @@ class QdrantIndex:
     """Vector index on any ``QdrantClient`` (server or local mode)."""
 
     def __init__(
-        self, client: QdrantClient, collection: str = COLLECTION, mode: str = "external"
+        self,
+        client: QdrantClient,
+        collection: str = COLLECTION,
+        mode: str = "external",
+        *,
+        reason: str = "",
+        details: dict[str, Any] | None = None,
+        on_close: Callable[[], None] | None = None,
     ) -> None:
         self.client = client
         self.collection = collection
         self.mode = mode
+        self.reason = reason
+        self.details = details or {}  # e.g. the sidecar's pid and ports
+        self._on_close = on_close
         self._lock = threading.RLock()
         self._scoped_idf = True
 
@@ -278,10 +288,18 @@ class QdrantIndex:
 
     def stats(self) -> IndexStats:
         if not self._exists():
-            return IndexStats(mode=self.mode, points=0, details={"initialised": False})
+            return IndexStats(
+                mode=self.mode,
+                points=0,
+                details={"initialised": False, **self.details},
+                reason=self.reason,
+            )
         count = self.client.count(self.collection, exact=True).count
         return IndexStats(
-            mode=self.mode, points=int(count), details={"collection": self.collection}
+            mode=self.mode,
+            points=int(count),
+            details={"collection": self.collection, **self.details},
+            reason=self.reason,
         )
 
     def reset(self, dimension: int) -> None:
@@ -297,7 +315,12 @@ class QdrantIndex:
         return 0  # not measurable from the client side
 
     def close(self) -> None:
-        self.client.close()
+        try:
+            self.client.close()
+        finally:
+            if self._on_close is not None:
+                on_close, self._on_close = self._on_close, None
+                on_close()  # e.g. stop the sidecar when this process is the last one
 
 
 def _sparse(vec: SparseVec) -> models.SparseVector:
