@@ -452,3 +452,62 @@ async def test_store_and_recall_through_a_real_qdrant_sidecar(
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+def ferrex_cli(
+    data_dir: Path, models_dir: Path, *args: str, **env: str
+) -> subprocess.CompletedProcess[str]:
+    environment = {
+        **os.environ,
+        "FERREX_HOME": str(data_dir),
+        "FERREX_MODELS_DIR": str(models_dir),
+        "FERREX_OFFLINE": "1",
+        "FERREX_LOG": "warning",
+        "FERREX_MODEL_TIER": "small",
+        "PATH": "/usr/bin:/bin",
+        **env,
+    }
+    return subprocess.run(
+        [ferrex_command(), *args], env=environment, capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.mark.anyio
+async def test_migrate_index_is_explicit_and_rebuilds_the_target_from_sqlite(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    from tests.conftest import call, mcp_client, ok
+
+    data_dir = tmp_path / "data"
+    async with mcp_client(data_dir, models_dir) as client:
+        stored = await ok(client, "store", {"content": "the billing cron runs at 02:00 UTC"})
+    same = ferrex_cli(data_dir, models_dir, "migrate-index", "--to", "embedded")
+    assert same.returncode == 0 and "already in the embedded mode" in same.stderr
+    refused = ferrex_cli(data_dir, models_dir, "migrate-index", "--to", "sidecar")
+    assert refused.returncode == 2 and "no qdrant binary found" in refused.stderr
+    assert "nothing was changed" in refused.stderr
+    # A store whose vectors are in a sidecar (as `--to sidecar` leaves it), with no binary
+    # here: ferrex refuses to open it silently empty, and says how to move it back.
+    meta = MetadataStore(data_dir / "ferrex.db")
+    meta.set_meta(INDEX_MODE, "sidecar")
+    meta.close()
+    async with mcp_client(data_dir, models_dir) as client:
+        answer = await call(client, "recall", {"query": "billing cron"})
+    assert "migrate-index --to embedded" in answer["error"]["message"], answer
+    shutil.rmtree(data_dir / "index")  # the target is rebuilt from SQLite, not copied
+    moved = ferrex_cli(data_dir, models_dir, "migrate-index", "--to", "embedded")
+    assert moved.returncode == 0, moved.stderr
+    assert "migrated 1 memories from sidecar to embedded" in moved.stderr
+    async with mcp_client(data_dir, models_dir) as client:
+        found = await ok(client, "recall", {"query": "when does the billing cron run"})
+        stats = await ok(client, "stats", {"detailed": True})
+    assert stored["id"] in [r["id"] for r in found["results"]]
+    assert stats["index"]["mode"] == "embedded"
+    assert "this store's index is in the embedded engine" in stats["index"]["reason"]
+    if REAL_QDRANT is None:
+        return  # the round trip through a real sidecar needs the binary (skipped visibly above)
+    there = ferrex_cli(data_dir, models_dir, "migrate-index", "--to", "sidecar")
+    assert there.returncode == 0, there.stderr
+    async with mcp_client(data_dir, models_dir, FERREX_QDRANT_BIN=REAL_QDRANT) as client:
+        found = await ok(client, "recall", {"query": "when does the billing cron run"})
+    assert stored["id"] in [r["id"] for r in found["results"]]
