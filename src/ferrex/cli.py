@@ -658,6 +658,9 @@ def _serve_http(settings: Settings, explicit_tier: bool, bind_text: str) -> int:
         token = resolve_token(settings.http_token, settings.data_dir, bind)
     except HttpSetupError as exc:
         raise CliError(str(exc)) from None
+    structlog.get_logger("ferrex").info(
+        "ferrex starting", http=bind.url, **startup_fields(settings)
+    )
     return run_http(_backend(settings, explicit_tier), bind, token, settings.namespace)
 
 

@@ -302,7 +302,7 @@ class SharedBackend:
             self._warm = threading.Thread(target=warm, name="ferrex-warm-up", daemon=True)
             self._warm.start()
         index = getattr(self.engine, "index", None)
-        log.info(
+        log.debug(
             "ferrex engine started",
             pid=os.getpid(),
             index_mode=getattr(index, "mode", None),

@@ -15,6 +15,7 @@ import ipaddress
 import json
 import os
 import secrets
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -174,7 +175,14 @@ async def serve_http(
         access_log=False,
         lifespan="on",
     )
-    server = uvicorn.Server(config)
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            # SIGTERM / SIGINT: a clean shutdown (exit status 0), not re-raised at the end.
+            log.info("shutting down", signal=signal.Signals(sig).name)
+            super().handle_exit(sig, frame)
+            self._captured_signals.clear()
+
+    server = Server(config)
     status = 0
     async with anyio.create_task_group() as tasks:
 
@@ -207,6 +215,10 @@ async def serve_http(
 
 
 def run_http(backend: SharedBackend, bind: Bind, token: str, default_namespace: str) -> int:
+    status = 0
     with contextlib.suppress(KeyboardInterrupt):
-        return int(anyio.run(serve_http, backend, bind, token, default_namespace))
-    return 0
+        status = int(anyio.run(serve_http, backend, bind, token, default_namespace))
+    # The store is closed. Leave without interpreter finalization, as the stdio server does:
+    # a background thread still loading the model (ONNX) would abort the process there.
+    sys.stderr.flush()
+    os._exit(status)
