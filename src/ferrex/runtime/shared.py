@@ -34,7 +34,7 @@ from ferrex.runtime.ownership import OwnerLock, attached, peer_uid, socket_path
 log = structlog.get_logger("ferrex.engine")
 
 MAX_LINE = 64 * 1024 * 1024
-_READ_ONLY_OPS = frozenset({"recall", "stats", "ping"})
+_READ_ONLY_OPS = frozenset({"recall", "stats", "ping", "memory", "namespaces"})
 
 
 class Backend(Protocol):

@@ -25,6 +25,7 @@ from ferrex import __version__
 from ferrex.core import errors
 from ferrex.core.errors import FerrexError
 from ferrex.runtime.shared import SharedBackend
+from ferrex.server import resources
 from ferrex.server.tools import INSTRUCTIONS, TOOL_NAMES, TOOLS
 from ferrex.server.wire import CheckedLines, stdin_lines
 
@@ -65,10 +66,50 @@ class FerrexMcp:
             instructions=INSTRUCTIONS,
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
+            on_list_resources=self._list_resources,
+            on_list_resource_templates=self._list_resource_templates,
+            on_read_resource=self._read_resource,
+            on_list_prompts=self._list_prompts,
+            on_get_prompt=self._get_prompt,
         )
 
     async def _list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
         return types.ListToolsResult(tools=TOOLS)
+
+    async def _list_resources(self, ctx: Any, params: Any) -> types.ListResourcesResult:
+        return types.ListResourcesResult(resources=resources.RESOURCES)
+
+    async def _list_resource_templates(
+        self, ctx: Any, params: Any
+    ) -> types.ListResourceTemplatesResult:
+        return types.ListResourceTemplatesResult(resource_templates=resources.TEMPLATES)
+
+    async def _read_resource(
+        self, ctx: Any, params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        uri = str(params.uri)
+        op, arguments = resources.resource_call(uri, self.default_namespace)
+        await self.ready.wait()
+        try:
+            if self.failure is not None:
+                raise self.failure
+            payload = await self.backend.call(op, arguments)
+        except FerrexError as exc:
+            raise resources.resource_error(uri, exc) from None
+        except Exception as exc:  # defensive: never leak internals
+            log.error("resource read failed", uri=uri[:80], error=repr(exc)[:500])
+            raise resources.resource_error(
+                uri, FerrexError(errors.INTERNAL, "internal error; see the server log")
+            ) from None
+        return resources.resource_contents(uri, payload)
+
+    async def _list_prompts(self, ctx: Any, params: Any) -> types.ListPromptsResult:
+        return types.ListPromptsResult(prompts=resources.PROMPTS)
+
+    async def _get_prompt(
+        self, ctx: Any, params: types.GetPromptRequestParams
+    ) -> types.GetPromptResult:
+        return resources.get_prompt(params.name, params.arguments)
 
     async def _call_tool(
         self, ctx: Any, params: types.CallToolRequestParams

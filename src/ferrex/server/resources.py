@@ -1,0 +1,211 @@
+"""Read-only MCP resources and the session-start prompt.
+
+- ``ferrex://stats``: the brief stats of the server's namespace (what the stats tool answers).
+- ``ferrex://namespaces``: every namespace with its memory counts by type.
+- ``ferrex://memory/{id}``: one memory with its metadata and freshness.
+- prompt ``memory-primer``: what to store and how, when to recall, how to read freshness and
+  contradictions (optionally for one namespace).
+
+Resources are read through the same backend as the tools (the data dir's engine), so a peer
+process reads what the engine holds.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import mcp_types as types
+from mcp.shared.exceptions import MCPError
+
+from ferrex.core.clock import to_iso
+from ferrex.core.errors import FerrexError
+from ferrex.core.lookup import MemoryView, NamespaceCounts
+from ferrex.core.memory import MemoryType
+
+STATS_URI = "ferrex://stats"
+NAMESPACES_URI = "ferrex://namespaces"
+MEMORY_TEMPLATE = "ferrex://memory/{id}"
+PRIMER = "memory-primer"
+RESOURCE_NOT_FOUND = -32002  # the MCP specification's code for an unknown resource
+_MEMORY_URI = re.compile(r"^ferrex://memory/([^/?#]+)$")
+_JSON = "application/json"
+
+RESOURCES = [
+    types.Resource(
+        uri=STATS_URI,
+        name="stats",
+        title="Memory overview",
+        description="Brief memory stats of the server's namespace: total, recent memories and "
+        "what needs attention (the stats tool's brief answer).",
+        mime_type=_JSON,
+    ),
+    types.Resource(
+        uri=NAMESPACES_URI,
+        name="namespaces",
+        title="Namespaces",
+        description="Every namespace in this store with its memory counts by type.",
+        mime_type=_JSON,
+    ),
+]
+
+TEMPLATES = [
+    types.ResourceTemplate(
+        uri_template=MEMORY_TEMPLATE,
+        name="memory",
+        title="A memory",
+        description="One memory by id (as recall returns ids): its content, type, metadata and "
+        "freshness.",
+        mime_type=_JSON,
+    )
+]
+
+PROMPTS = [
+    types.Prompt(
+        name=PRIMER,
+        title="Memory primer",
+        description="Primes an agent at the start of a session: what to store and how, when to "
+        "recall, how to read freshness and contradictions.",
+        arguments=[
+            types.PromptArgument(
+                name="namespace",
+                description="the project namespace to work in (default: the server's)",
+                required=False,
+            )
+        ],
+    )
+]
+
+
+def primer_text(namespace: str | None = None) -> str:
+    where = (
+        f'Work in the namespace "{namespace}": pass namespace="{namespace}" to every call.\n\n'
+        if namespace
+        else ""
+    )
+    return (
+        "You have a long-term memory (ferrex) that persists across sessions. Use it.\n\n"
+        + where
+        + "Start: call stats once for a brief overview (total, recent memories, what needs "
+        "attention).\n\n"
+        "Recall before you answer anything about past work, known facts, decisions or "
+        "workflows: call recall with a specific question (filter with types, entities or "
+        "time_range when you know them). Do not guess what you may have stored.\n\n"
+        "Store as you learn, one self-contained memory per call (it must make sense with no "
+        "surrounding conversation: name the project, the thing, the outcome):\n"
+        "- an event (what happened, when, where, why) as episodic: content, optionally "
+        "timestamp and context;\n"
+        "- a stable fact as semantic: subject, predicate, object (e.g. api-server / uses / "
+        "tokio 1.38), with confidence when unsure; a new value for the same subject and "
+        "predicate supersedes the old one, which stays in the history;\n"
+        "- a workflow as procedural: name, conditions, steps; storing the same name again "
+        "makes a new version.\n"
+        "Add entities (the people, services, libraries involved) so recall can filter on "
+        "them. A near-duplicate is refused with code duplicate and the id it duplicates: "
+        "pass supersedes=<id> to replace that memory instead.\n\n"
+        "Read every recall result's freshness: fresh is current; aging deserves a check; "
+        "stale or superseded may be outdated, so say so or confirm it before relying on it. "
+        "Stale memories are held back unless you pass include_stale=true, and the answer "
+        "says how many were. A result with contradiction=true disagrees with another current "
+        "fact that is returned with it: do not pick one silently; ask, or resolve it with "
+        "store(..., supersedes=id) or forget.\n\n"
+        "Now and then (end of a long session), call reflect to review stale memories and "
+        "contradictions; confirm what is still true with reflect(confirm_ids=[...]) and "
+        "forget what is wrong."
+    )
+
+
+def get_prompt(name: str, arguments: dict[str, str] | None) -> types.GetPromptResult:
+    if name != PRIMER:
+        raise MCPError(types.INVALID_PARAMS, f"unknown prompt '{name[:40]}'; prompts: {PRIMER}")
+    namespace = (arguments or {}).get("namespace") or None
+    return types.GetPromptResult(
+        description="How to use ferrex memory in this session",
+        messages=[
+            types.PromptMessage(
+                role="user", content=types.TextContent(type="text", text=primer_text(namespace))
+            )
+        ],
+    )
+
+
+def resource_call(uri: str, default_namespace: str) -> tuple[str, dict[str, Any]]:
+    """The engine operation (and its arguments) that answers a resource URI."""
+    if uri == STATS_URI:
+        return "stats", {"namespace": default_namespace}
+    if uri == NAMESPACES_URI:
+        return "namespaces", {"namespace": default_namespace}  # this process's default
+    match = _MEMORY_URI.match(uri)
+    if match:
+        return "memory", {"id": match.group(1)}
+    raise MCPError(
+        RESOURCE_NOT_FOUND,
+        f"unknown resource '{uri[:80]}'; resources: {STATS_URI}, {NAMESPACES_URI}, "
+        f"{MEMORY_TEMPLATE}",
+    )
+
+
+def resource_contents(uri: str, payload: Any) -> types.ReadResourceResult:
+    text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), default=str)
+    return types.ReadResourceResult(
+        contents=[types.TextResourceContents(uri=uri, mime_type=_JSON, text=text)]
+    )
+
+
+def resource_error(uri: str, error: FerrexError) -> MCPError:
+    """A refusal (an unknown memory id, a store that cannot open) as a JSON-RPC error."""
+    code = RESOURCE_NOT_FOUND if error.code in ("not_found", "invalid_params") else -32603
+    return MCPError(code, f"{error.code}: {error.message}", {"uri": uri, "code": error.code})
+
+
+# --------------------------------------------------------------------------- presenting
+
+
+def present_memory(view: MemoryView) -> dict[str, Any]:
+    """One memory as the ``ferrex://memory/{id}`` resource shows it (recall's fields, no score)."""
+    memory = view.memory
+    item: dict[str, Any] = {"id": memory.id, "type": memory.type.value}
+    if memory.type is MemoryType.SEMANTIC:
+        item["content"] = memory.display_text()
+        item.update(subject=memory.subject, predicate=memory.predicate, object=memory.object)
+        item["confidence"] = memory.confidence
+        if view.effective_confidence is not None:
+            item["effective_confidence"] = round(view.effective_confidence, 3)
+        item["t_valid"] = to_iso(memory.t_valid) if memory.t_valid else None
+        if memory.multi_valued:
+            item["multi_valued"] = True
+    elif memory.type is MemoryType.PROCEDURAL:
+        if memory.name:
+            item["name"] = memory.name
+        item["content"] = memory.content
+        if memory.conditions:
+            item["conditions"] = memory.conditions
+        if memory.steps:
+            item["steps"] = memory.steps
+        if memory.version is not None:
+            item["version"] = memory.version
+    else:
+        item["content"] = memory.content
+        item["timestamp"] = to_iso(memory.event_time)
+    if memory.t_invalid is not None:
+        item["t_invalid"] = to_iso(memory.t_invalid)
+        item["superseded_by"] = memory.superseded_by
+    item["namespace"] = memory.namespace
+    item["entities"] = memory.entities
+    item["created_at"] = to_iso(memory.created_at)
+    item["freshness"] = view.freshness.to_dict()
+    if memory.source:
+        item["source"] = memory.source
+    if memory.context:
+        item["context"] = memory.context
+    if memory.pinned:
+        item["pinned"] = True
+    return item
+
+
+def present_namespaces(counts: list[NamespaceCounts], default: str) -> dict[str, Any]:
+    return {
+        "namespaces": [{"name": c.name, "total": c.total, "by_type": c.by_type} for c in counts],
+        "default": default,
+    }
