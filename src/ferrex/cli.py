@@ -539,6 +539,7 @@ _ENTRY_FLAGS = (
     ("reranker_path", "--reranker-path", True),
     ("no_rerank", "--no-rerank", False),
     ("qdrant_url", "--qdrant-url", False),
+    ("qdrant_bin", "--qdrant-bin", True),
     ("staleness_config", "--staleness-config", True),
     ("threads", "--threads", False),
     ("log_level", "--log-level", False),
