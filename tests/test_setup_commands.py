@@ -24,8 +24,11 @@ from typing import Any
 
 import pytest
 from tests.conftest import ServiceFactory, call, ferrex_command, mcp_client
+from tests.support.fake_model_hub import COMMIT, REPO, FakeModelHub
+from tests.test_engine_sharing import logged_client
 
 from ferrex.commands.clients import desktop_config_path
+from ferrex.embed.models import prepare_bundled_model
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -368,3 +371,60 @@ def test_top_level_flags_still_apply_before_a_command(tmp_path: Path, models_dir
     )
     payload: dict[str, Any] = json.loads(done.stdout)
     assert payload["cache"] == str(models_dir)
+
+
+# --------------------------------------------------------------------------- first run
+
+
+def test_models_pull_downloads_with_a_progress_bar(tmp_path: Path, models_dir: Path) -> None:
+    cache = tmp_path / "cache"
+    with FakeModelHub(prepare_bundled_model(models_dir)) as hub:
+        done = run(
+            "models",
+            "pull",
+            "--tier",
+            "mid",
+            home=tmp_path,
+            models_dir=cache,
+            FERREX_OFFLINE="0",
+            HF_ENDPOINT=hub.url,
+        )
+    assert f"GET /{REPO}/resolve/{COMMIT}/model_optimized.onnx" in hub.requests
+    progress = [line for line in done.stderr.splitlines() if "%|" in line or "complete" in line]
+    assert progress and any("100%" in line or "complete" in line for line in progress)
+    assert "embedding model BAAI/bge-small-en-v1.5 is ready" in done.stderr
+    listed = json.loads(run("models", "list", "--json", home=tmp_path, models_dir=cache).stdout)
+    assert [m["tier"] for m in listed["models"] if m["cached"]] == ["mid"]
+    again = run("models", "pull", "--tier", "mid", home=tmp_path, models_dir=cache)
+    assert "already in the cache" in again.stderr  # offline now: nothing to fetch
+
+
+async def test_first_run_downloads_with_progress_while_the_handshake_answers(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    log = tmp_path / "server.log"
+    with FakeModelHub(prepare_bundled_model(models_dir)) as hub:
+        started = time.monotonic()
+        async with logged_client(
+            tmp_path / "d",
+            tmp_path / "empty-cache",
+            log,
+            "--model-tier",
+            "mid",
+            "--no-rerank",
+            FERREX_OFFLINE="0",
+            FERREX_OFFLINE_FALLBACK="false",
+            FERREX_LOG="info",
+            HF_ENDPOINT=hub.url,
+        ) as client:
+            listed = await client.list_tools()
+            handshake = time.monotonic() - started
+            stored = await call(client, "store", {"content": "the first memory after a download"})
+            found = await call(client, "recall", {"query": "first memory"})
+    assert len(listed.tools) == 5 and handshake < 8.0
+    assert stored.get("status") == "stored", stored
+    assert found["results"][0]["id"] == stored["id"]
+    text = log.read_text(encoding="utf-8")
+    assert "downloading embedding model" in text
+    assert any(("%|" in line or "complete" in line) for line in text.splitlines()), text[-2000:]
+    assert "embedding model loaded" in text and "BAAI/bge-small-en-v1.5" in text

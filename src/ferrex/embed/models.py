@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import socket
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 BGE_QUERY_INSTRUCTION = "Represent this sentence for searching relevant passages: "
 
@@ -119,10 +121,17 @@ def prepare_bundled_model(models_dir: Path) -> Path:
     return target
 
 
+def hub_address() -> tuple[str, int]:
+    """The model hub's host and port: huggingface.co, or the mirror ``HF_ENDPOINT`` names."""
+    endpoint = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    port = endpoint.port or (80 if endpoint.scheme == "http" else 443)
+    return endpoint.hostname or "huggingface.co", port
+
+
 def hub_reachable(timeout: float = 3.0) -> bool:
     """One quick TCP connection to the model hub (fastembed itself retries for ~40 s)."""
     try:
-        with socket.create_connection(("huggingface.co", 443), timeout=timeout):
+        with socket.create_connection(hub_address(), timeout=timeout):
             return True
     except OSError:
         return False

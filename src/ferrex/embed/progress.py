@@ -26,7 +26,8 @@ class StderrProgress(tqdm):  # type: ignore[misc]
         kwargs["file"] = sys.stderr
         self._tty = bool(getattr(sys.stderr, "isatty", lambda: False)())
         self._last_line = 0.0
-        self._finished_shown = False
+        self._closing = False
+        self._final_shown = False
         if not self._tty:
             kwargs.setdefault("ncols", 80)
             kwargs["ascii"] = True
@@ -35,16 +36,20 @@ class StderrProgress(tqdm):  # type: ignore[misc]
     def display(self, msg: str | None = None, pos: int | None = None) -> bool | None:
         if self._tty:
             return super().display(msg, pos)  # type: ignore[no-any-return]
-        now = time.monotonic()
-        finished = self.total is not None and self.total > 0 and self.n >= self.total
-        if self.n == 0 or self._finished_shown:
+        # Totals grow while files are discovered: only the close is the end.
+        if self._closing:
+            if self._final_shown or self.n == 0:
+                return True
+            self._final_shown = True
+        elif self.n == 0 or time.monotonic() - self._last_line < _LINE_EVERY_SECONDS:
             return True
-        if now - self._last_line < _LINE_EVERY_SECONDS and not finished:
-            return True
-        self._last_line = now
-        self._finished_shown = finished
+        self._last_line = time.monotonic()
         text = self.__str__().strip() if msg is None else msg
         if text:
             sys.stderr.write(text + "\n")
             sys.stderr.flush()
         return True
+
+    def close(self) -> None:
+        self._closing = True
+        super().close()
