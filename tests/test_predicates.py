@@ -211,13 +211,21 @@ def test_synonym_predicates_supersede_each_other(service: MemoryService) -> None
     assert current_objects(service, "api-server") == {"tokio 1.38"}
 
 
-def test_fuzzy_predicate_against_same_subject_supersedes(service: MemoryService) -> None:
+def test_fuzzy_predicate_against_same_subject_keeps_both_current(service: MemoryService) -> None:
+    """A predicate that matches another only by Jaro-Winkler never overwrites its current fact
+    (issue 11: "http_port" / "https_port" look as alike as "deployed_to" / "deploys-to"): it is
+    a relation of its own and the answer names the look-alike."""
     first = service.store(fact("web", "deployed_to", "staging cluster"))
     second = service.store(fact("web", "deploys-to", "production cluster"))
-    assert second["predicate"]["resolved_by"] == "fuzzy"
-    assert second["predicate"]["canonical"] == "deployedto"
-    assert second["superseded"] == [first["id"]]
-    assert current_objects(service, "web") == {"production cluster"}
+    assert second["predicate"] == {"canonical": "deploysto", "resolved_by": "new"}
+    assert "superseded" not in second
+    [alias] = second["possible_alias"]
+    assert alias["id"] == first["id"] and alias["other"] == "deployed_to"
+    assert current_objects(service, "web") == {"staging cluster", "production cluster"}
+    # The look-alike spelling is its own relation from now on: a new value replaces its own.
+    again = service.store(fact("web", "deploys_to", "batch cluster"))
+    assert again["superseded"] == [second["id"]] and "possible_alias" not in again
+    assert current_objects(service, "web") == {"staging cluster", "batch cluster"}
 
 
 @pytest.mark.parametrize(

@@ -26,9 +26,9 @@ from enum import StrEnum
 from rapidfuzz import fuzz
 from rapidfuzz.distance import JaroWinkler
 
+from ferrex.core.distinguishing import differ
 from ferrex.core.memory import Memory
 
-_NUMBER = re.compile(r"\d+(?:\.\d+)*")
 _SPACES = re.compile(r"\s+")
 # A version in a value: "1.38", "v2", "^1.2.3", ">=0.100", "@4.1.0-beta.2", "1.x".
 _VERSION = re.compile(r"(?:[\^~<>=@]+\s*|\bv)?\d+(?:\.(?:\d+|x|\*))*(?:[-+][\w.]+)?", re.I)
@@ -87,12 +87,14 @@ def object_similarity(
     duplicate_at: float,
     embedding_cosine: Callable[[str, str], float],
 ) -> ObjectSimilarity:
-    """Staged object similarity: exact, number guard, string ratio, then embedding cosine."""
+    """Staged object similarity: exact, distinguishing-token guard (numbers, versions, ids,
+    dates, polarity), string ratio, then embedding cosine."""
     a, b = normalize_object(incoming), normalize_object(existing)
     if a == b:
         return ObjectSimilarity(1.0, "exact")
-    if _NUMBER.findall(a) != _NUMBER.findall(b):
-        # "tokio 1.36" vs "tokio 1.38": strings and embeddings look alike, the values differ.
+    if differ(a, b):
+        # "tokio 1.36" vs "tokio 1.38", "passing" vs "failing": strings and embeddings look
+        # alike, the values differ (core/distinguishing.py).
         return ObjectSimilarity(0.0, "numbers")
     ratio = fuzz.ratio(a, b) / 100.0
     if ratio >= duplicate_at or ratio < different_below:
@@ -181,6 +183,60 @@ def decide(
     if stronger:
         return ConflictDecision(Outcome.CONTRADICTION, similarity, contradicts=list(current))
     return ConflictDecision(Outcome.SUPERSEDED, similarity, invalidate=list(current))
+
+
+@dataclass(frozen=True)
+class LookAlike:
+    """A current fact the incoming one would have replaced, matched to it only because a
+    subject or predicate name looked alike (Jaro-Winkler or embedding stage)."""
+
+    fact: Memory
+    field: str  # "subject" | "predicate"
+    name: str  # the incoming fact's name
+    other: str  # the name the existing fact was stated with
+
+
+def look_alikes(
+    decision: ConflictDecision,
+    *,
+    subject: str,
+    predicate: str,
+    same_subject: Callable[[str, str], bool],
+    same_predicate: Callable[[str, str], bool],
+) -> list[LookAlike]:
+    """The facts ``decision`` would end (or put after the incoming value, as its successor)
+    although they were stated under another subject or predicate name.
+
+    A subject or predicate matched exactly, through an alias or through the synonym table
+    supersedes as the design says ("uses" -> "depends-on"); one matched only by the fuzzy or
+    embedding stage ("auth service" / "auth server", "http_port" / "https_port") may name
+    another thing, so it never overwrites a current fact: both stay current and the answer
+    says so (``possible_alias``). Names compare as ``same_subject`` / ``same_predicate`` say
+    (normalized spelling; for predicates also one synonym family)."""
+    affected = list(decision.invalidate)
+    if decision.outcome is Outcome.HISTORICAL and decision.superseded_by_existing is not None:
+        affected.append(decision.superseded_by_existing)
+    found: list[LookAlike] = []
+    for fact in affected:
+        if fact.subject is not None and not same_subject(fact.subject, subject):
+            found.append(LookAlike(fact, "subject", subject, fact.subject))
+        elif fact.predicate is not None and not same_predicate(fact.predicate, predicate):
+            found.append(LookAlike(fact, "predicate", predicate, fact.predicate))
+    return found
+
+
+def stated_alike(
+    fact: Memory,
+    *,
+    subject: str,
+    predicate: str,
+    same_subject: Callable[[str, str], bool],
+    same_predicate: Callable[[str, str], bool],
+) -> bool:
+    """Whether ``fact`` was stated with the incoming subject and predicate (see look_alikes)."""
+    return (fact.subject is None or same_subject(fact.subject, subject)) and (
+        fact.predicate is None or same_predicate(fact.predicate, predicate)
+    )
 
 
 def contradiction_groups(

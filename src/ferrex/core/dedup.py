@@ -2,13 +2,17 @@
 cosine above the threshold (default 0.95) are near-duplicates and the store is rejected.
 
 Types never cross-deduplicate (the search is filtered by type); ``supersedes`` bypasses the check.
+Two texts whose distinguishing tokens differ (``core/distinguishing.py``: "build 1.4.2" /
+"build 1.4.3", "#4812" / "#4813", "42 minutes" / "97 minutes", "passed" / "failed") are two
+memories whatever their cosine: the cosine of such a pair is often 0.97-0.99.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ferrex.core.distinguishing import differ
 from ferrex.core.ports import IndexHit
 
 
@@ -18,10 +22,22 @@ class Duplicate:
     similarity: float
 
 
-def find_duplicate(hits: Sequence[IndexHit], threshold: float) -> Duplicate | None:
-    """The most similar existing memory when its cosine is strictly above ``threshold``."""
+def find_duplicate(
+    hits: Sequence[IndexHit],
+    threshold: float,
+    *,
+    text: str | None = None,
+    texts: Mapping[str, str] | None = None,
+) -> Duplicate | None:
+    """The most similar existing memory when its cosine is strictly above ``threshold``.
+
+    With ``text`` (the incoming memory's) and ``texts`` (the hits' texts by memory id), a hit
+    whose distinguishing tokens differ from the incoming text's is never a duplicate."""
     best: IndexHit | None = None
     for hit in hits:
+        other = texts.get(hit.memory_id) if texts is not None else None
+        if text is not None and other is not None and differ(text, other):
+            continue
         if (
             best is None
             or hit.score > best.score

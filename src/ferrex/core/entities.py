@@ -29,6 +29,11 @@ def normalize_entity(name: str) -> str:
     return _SEPARATORS.sub(" ", name.strip().lower()).strip()
 
 
+def same_entity_name(a: str, b: str) -> bool:
+    """Two spellings of one name without any similarity guess ("API-Server" / "api server")."""
+    return normalize_entity(a) == normalize_entity(b)
+
+
 @dataclass(frozen=True)
 class EntityResolution:
     name: str

@@ -16,7 +16,7 @@ from ferrex.core import errors
 from ferrex.core.chunking import Chunk, plan_chunks, step_prefix
 from ferrex.core.clock import to_iso
 from ferrex.core.dedup import Duplicate, find_duplicate
-from ferrex.core.entities import EntityResolution
+from ferrex.core.entities import EntityResolution, same_entity_name
 from ferrex.core.errors import FerrexError
 from ferrex.core.ids import new_memory_id
 from ferrex.core.memory import Memory, MemoryType, detect_type, embed_text
@@ -25,6 +25,7 @@ from ferrex.core.ports import (
     IndexHit,
     Vector,
 )
+from ferrex.core.predicates import PredicateResolution
 from ferrex.core.procedures import (
     current_version,
     find_version,
@@ -188,13 +189,8 @@ class IngestMixin(ServiceState):
                         "ends",
                         field="t_invalid",
                     )
-                if request.t_invalid <= memory.t_valid:
-                    raise FerrexError(
-                        errors.INVALID_PARAMS,
-                        "store: t_invalid must be after t_valid (when the fact became true; it "
-                        "defaults to now, so give t_valid for a fact that ended in the past)",
-                        field="t_invalid",
-                    )
+                if _dated(request) and request.t_invalid <= memory.t_valid:
+                    raise _ends_before_start()
             subject_name = request.subject
         elif memory_type is MemoryType.PROCEDURAL:
             memory.name = request.name
@@ -595,20 +591,23 @@ class IngestMixin(ServiceState):
             time_after=day_start if same_day else None,
             time_before=day_start + timedelta(days=1, microseconds=-1) if same_day else None,
         )
+        # 8 nearest: the closest may differ in a distinguishing token (dedup.py) while a
+        # true duplicate is a little further.
         hits = [
             hit
             for hit in self.index.dense_search(
-                vector, flt, 3 + len(exclude), self.settings.retrieval.hnsw_ef
+                vector, flt, 8 + len(exclude), self.settings.retrieval.hnsw_ef
             )
             if hit.memory_id not in exclude
         ]
+        rows = self.meta.get_memories([hit.memory_id for hit in hits]) if hits else {}
         if subject is not None and hits:
-            rows = self.meta.get_memories([hit.memory_id for hit in hits])
             hits = [
                 hit
                 for hit in hits
                 if hit.memory_id in rows and rows[hit.memory_id].subject_entity_id == subject
             ]
+        texts = {memory_id: embed_text(row) for memory_id, row in rows.items()}
         for other, other_vector in batch_vectors:
             if (
                 other.memory.namespace == memory.namespace
@@ -619,7 +618,10 @@ class IngestMixin(ServiceState):
             ):
                 score = float(np.dot(vector, other_vector))
                 hits.append(IndexHit(point_id="", memory_id=other.memory.id, score=score))
-        return find_duplicate(hits, self.settings.dedup.threshold)
+                texts[other.memory.id] = embed_text(other.memory)
+        return find_duplicate(
+            hits, self.settings.dedup.threshold, text=embed_text(memory), texts=texts
+        )
 
     def _facts_of(self, memory: Memory, canonical: str) -> list[Memory]:
         """Every fact (current and past) of the memory's subject under ``canonical``."""
@@ -686,6 +688,44 @@ class IngestMixin(ServiceState):
                 return fact
         return None
 
+    def _without_look_alikes(
+        self,
+        memory: Memory,
+        request: StoreRequest,
+        resolution: PredicateResolution,
+        facts: Sequence[Memory],
+        alike: Sequence[conflicts.LookAlike],
+    ) -> tuple[PredicateResolution, list[Memory]]:
+        """The predicate and the facts to decide on once look-alike facts are set aside: only
+        facts stated under this subject and predicate; a predicate that matched another only
+        by Jaro-Winkler and has no fact of its own yet is a relation of its own ("https_port"
+        next to "http_port"), not a second value of the other."""
+        normalizer = self.normalizer(memory.namespace)
+
+        def alike_stated(fact: Memory) -> bool:
+            return conflicts.stated_alike(
+                fact,
+                subject=request.subject or "",
+                predicate=request.predicate or "",
+                same_subject=same_entity_name,
+                same_predicate=normalizer.same_relation,
+            )
+
+        kept = [f for f in facts if alike_stated(f)]
+        if (
+            resolution.method == "fuzzy"
+            and all(a.field == "predicate" for a in alike)
+            and not any(
+                normalizer.same_relation(f.predicate or "", request.predicate or "") for f in facts
+            )
+        ):
+            resolution = PredicateResolution(
+                resolution.raw, resolution.normalized, resolution.normalized, "new", 1.0, None
+            )
+            memory.predicate_canonical = resolution.canonical
+            kept = [f for f in self._facts_of(memory, resolution.canonical) if alike_stated(f)]
+        return resolution, kept
+
     def _multi_valued(self, namespace: str, request: StoreRequest, canonical: str) -> bool:
         if request.multi_valued:
             return True
@@ -722,6 +762,10 @@ class IngestMixin(ServiceState):
         facts = self._facts_of(memory, resolution.canonical)
         if request.t_invalid is not None:
             # A fact the caller says has ended is history as given: it changes no current fact.
+            if not _dated(request):
+                # Without t_valid, the fact ending is the stored one with this value (the
+                # current one first): it ends using its own t_valid.
+                _adopt_start(memory, facts, request.t_invalid)
             known = self._known_interval(memory, facts, request.t_invalid)
             if (
                 known is not None
@@ -742,6 +786,8 @@ class IngestMixin(ServiceState):
                 }
             if known is not None:
                 return _known_history(known)
+            if request.t_invalid <= (memory.t_valid or now):
+                raise _ends_before_start()
             memory.t_invalid = request.t_invalid
             out["status"] = "historical"
             out["message"] = "stored as history: true from t_valid until t_invalid"
@@ -750,7 +796,21 @@ class IngestMixin(ServiceState):
             )
             return out
         decision, current = self._decide_fact(memory, request, resolution.canonical, now, facts)
-        if decision.outcome is conflicts.Outcome.NEW:
+        alike = conflicts.look_alikes(
+            decision,
+            subject=request.subject or "",
+            predicate=request.predicate or "",
+            same_subject=same_entity_name,
+            same_predicate=normalizer.same_relation,
+        )
+        if alike:
+            # Never overwrite a current fact on a look-alike name alone: decide again with the
+            # facts stated under this subject and predicate; the look-alikes stay current.
+            resolution, facts = self._without_look_alikes(memory, request, resolution, facts, alike)
+            out["predicate"] = {"canonical": resolution.canonical, "resolved_by": resolution.method}
+            decision, current = self._decide_fact(memory, request, resolution.canonical, now, facts)
+            out["possible_alias"] = [_possible_alias(a) for a in alike]
+        if decision.outcome is conflicts.Outcome.NEW and not alike:
             # A near-duplicate triple under another predicate is refused loudly, with its id:
             # the triple's cosine cannot tell "db version" (the same relation, reworded) from
             # "previous release version" (another one), so the agent decides (supersedes=id).
@@ -978,6 +1038,38 @@ def unused_fields(request: StoreRequest, memory_type: MemoryType) -> list[str]:
     return out
 
 
+def _dated(request: StoreRequest) -> bool:
+    """Whether the caller said when the fact became true (t_valid, or timestamp)."""
+    return request.t_valid is not None or request.timestamp is not None
+
+
+def _ends_before_start() -> FerrexError:
+    return FerrexError(
+        errors.INVALID_PARAMS,
+        "store: t_invalid must be after t_valid (when the fact became true). Without t_valid, "
+        "t_invalid ends the stored fact with this value; no such fact began before t_invalid, "
+        "so give t_valid to store a fact that ended in the past. Nothing was stored.",
+        field="t_invalid",
+    )
+
+
+def _adopt_start(memory: Memory, facts: Sequence[Memory], t_invalid: datetime) -> None:
+    """Give ``memory`` the t_valid of the stored fact with its value that began before
+    ``t_invalid`` (the current one, else the latest)."""
+    wanted = conflicts.normalize_object(memory.object or "")
+    same = [
+        f
+        for f in facts
+        if conflicts.normalize_object(f.object or "") == wanted
+        and (f.t_valid or f.event_time) < t_invalid
+    ]
+    if not same:
+        return
+    chosen = max(same, key=lambda f: (f.t_invalid is None, f.t_valid or f.event_time, f.id))
+    memory.t_valid = chosen.t_valid or chosen.event_time
+    memory.event_time = memory.t_valid
+
+
 def _known_history(known: Memory) -> dict[str, Any]:
     """The answer to a past value that is already stored for (part of) that time."""
     return {
@@ -990,9 +1082,28 @@ def _known_history(known: Memory) -> dict[str, Any]:
     }
 
 
+def _possible_alias(alike: conflicts.LookAlike) -> dict[str, Any]:
+    """What the answer says about a current fact kept next to the stored one because its
+    subject or predicate only looks like this one's (conflict.look_alikes)."""
+    fact = alike.fact
+    triple = f"('{fact.subject}', '{fact.predicate}', '{fact.object}')"
+    return {
+        "id": fact.id,
+        "field": alike.field,
+        "name": alike.name,
+        "other": alike.other,
+        "hint": f"'{alike.name}' only looks like '{alike.other}', so {fact.id} {triple} stays "
+        "current next to this fact (nothing was superseded). If they are one thing and this "
+        f"value replaces it, end it: store {triple} again with t_invalid (or forget it); "
+        f"store with the {alike.field} '{alike.other}' from now on and new values supersede "
+        "as usual.",
+    }
+
+
 def _named_ids(result: dict[str, Any]) -> list[str]:
     """Every memory id a store answer names."""
     ids: list[str] = [result["id"]]
+    ids.extend(str(entry["id"]) for entry in result.get("possible_alias") or [])
     for key in ("superseded", "also_current", "contradicts", "validated"):
         ids.extend(str(v) for v in result.get(key) or [])
     for key in ("duplicate_of", "superseded_by"):

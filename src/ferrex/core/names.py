@@ -8,7 +8,9 @@ things above 0.85, because they share a long prefix: "service-a" / "service-b" (
 predicate makes the next fact *supersede* an unrelated one. These guards veto a fuzzy match
 when the names differ by something that carries meaning:
 
-- different numbers ("python2" / "python3", "v1.36" / "v1.38");
+- different distinguishing tokens (``core/distinguishing.py``: numbers, versions, ids, hashes,
+  dates, outcome polarity: "python2" / "python3", "v1.36" / "v1.38", "INV-2041" / "INV-2042",
+  "passing tests" / "failing tests");
 - a word swapped for an unrelated word ("service a" / "service b", "min version" /
   "max version"): the same number of words, and a differing pair that is not itself a
   spelling variant;
@@ -32,15 +34,17 @@ import re
 
 from rapidfuzz.distance import JaroWinkler
 
-_DIGITS = re.compile(r"\d+")
+from ferrex.core.distinguishing import differ
+
 _RUNS = re.compile(r"[^\W\d_]+|\d+")  # letter runs (any script) and digit runs
 _CAMEL = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+")
 COMPOUND_MIN_EXTRA = 4
 
 
 def numbers_differ(a: str, b: str) -> bool:
-    """True when two names carry different numbers ("python2" vs "python3")."""
-    return _DIGITS.findall(a) != _DIGITS.findall(b)
+    """True when two names carry different distinguishing tokens ("python2" vs "python3",
+    "INV-2041" vs "INV-2042", "passing tests" vs "failing tests")."""
+    return differ(a, b)
 
 
 def words(name: str) -> list[str]:

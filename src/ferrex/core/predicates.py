@@ -61,6 +61,23 @@ class PredicateNormalizer:
     def synonym(self, predicate: str) -> str | None:
         return self._table.get(normalize_predicate(predicate))
 
+    def same_relation(self, a: str, b: str) -> bool:
+        """Two spellings of one relation without a guess from the subject's own predicates:
+        equal once normalized, or members of one synonym family ("uses" / "depends-on"; a typo
+        of a family spelling, "depend on", is a member as stage 4 says)."""
+        na, nb = normalize_predicate(a), normalize_predicate(b)
+        if na == nb:
+            return True
+        family = self._family(a, na)
+        return family is not None and family == self._family(b, nb)
+
+    def _family(self, predicate: str, normalized: str) -> str | None:
+        mapped = self._table.get(normalized)
+        if mapped is not None:
+            return mapped
+        typo = self._synonym_typo(predicate, normalized)
+        return typo[1] if typo is not None else None
+
     def canonical(self, predicate: str) -> str:
         """Synonym-mapped canonical name, or the normalized predicate itself."""
         normalized = normalize_predicate(predicate)
