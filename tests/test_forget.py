@@ -248,6 +248,21 @@ def test_forgetting_the_current_fact_says_which_history_has_no_successor(
     assert "history_without_successor" not in plain and "note" not in plain
 
 
+def test_forgetting_the_successor_clears_the_older_facts_superseded_by(
+    service: MemoryService,
+) -> None:
+    old = service.store({"subject": "billing-api", "predicate": "runs", "object": "postgres 14"})
+    new = service.store({"subject": "billing-api", "predicate": "runs", "object": "postgres 16"})
+    query = {"query": "billing-api runs postgres", "include_invalidated": True, "limit": 5}
+    [before] = [r for r in service.recall(query)["results"] if r["id"] == old["id"]]
+    assert before["superseded_by"] == new["id"]
+    service.forget({"ids": [new["id"]]})
+    [after] = [r for r in service.recall(query)["results"] if r["id"] == old["id"]]
+    assert after.get("superseded_by") is None
+    stored = service.meta.get_memory(old["id"])
+    assert stored is not None and stored.superseded_by is None
+
+
 def test_forgetting_a_middle_value_of_a_chain_leaves_no_false_alarm(service: MemoryService) -> None:
     v1 = service.store({"subject": "web", "predicate": "runs", "object": "node 16"})
     v2 = service.store({"subject": "web", "predicate": "runs", "object": "node 18"})

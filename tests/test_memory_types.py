@@ -223,6 +223,38 @@ def test_a_current_fact_given_again_with_t_invalid_ends(service: MemoryService) 
     assert entry["memory_id"] == current["id"]
 
 
+def test_a_fact_ends_without_repeating_its_t_valid(service: MemoryService) -> None:
+    """The same triple with only t_invalid ends the current fact, using its stored t_valid."""
+    role = {"subject": "Bob Martin", "predicate": "role", "object": "tech lead"}
+    current = service.store({**role, "t_valid": "2023-03-01T00:00:00Z"})
+    ended = service.store({**role, "t_invalid": "2024-08-30T00:00:00Z"})
+    assert ended["status"] == "ended" and ended["id"] == current["id"]
+    stored = service.meta.get_memory(current["id"])
+    assert stored is not None and stored.t_valid == datetime(2023, 3, 1, tzinfo=UTC)
+    assert stored.t_invalid == datetime(2024, 8, 30, tzinfo=UTC)
+    assert service.meta.count_memories() == 1
+    # Ending it again is known history, not a second row.
+    again = service.store({**role, "t_invalid": "2024-08-30T00:00:00Z"})
+    assert again["status"] == "duplicate" and again["id"] == current["id"]
+    assert service.meta.count_memories() == 1
+
+
+def test_t_invalid_without_t_valid_and_no_such_fact_is_refused(service: MemoryService) -> None:
+    service.store({"subject": "Bob Martin", "predicate": "role", "object": "tech lead"})
+    with pytest.raises(FerrexError) as error:
+        service.store(
+            {
+                "subject": "Bob Martin",
+                "predicate": "role",
+                "object": "architect",
+                "t_invalid": "2020-01-01T00:00:00Z",
+            }
+        )
+    assert error.value.code == "invalid_params" and error.value.details["field"] == "t_invalid"
+    assert "give t_valid" in error.value.message
+    assert service.meta.count_memories() == 1
+
+
 def test_history_already_known_is_a_duplicate(service: MemoryService) -> None:
     history = {
         "subject": "api",

@@ -252,6 +252,10 @@ class MetadataStore:
         for chunk in _chunks(list(memory_ids)):
             marks = ",".join("?" * len(chunk))
             self._x(f"DELETE FROM memories WHERE id IN ({marks})", chunk)
+            # A replaced memory never names a successor that is gone (forget, eviction).
+            self._x(
+                f"UPDATE memories SET superseded_by = NULL WHERE superseded_by IN ({marks})", chunk
+            )
 
     def existing_ids(self, memory_ids: Sequence[str], namespace: str | None = None) -> set[str]:
         found: set[str] = set()
