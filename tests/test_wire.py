@@ -17,6 +17,9 @@ from typing import Any
 import pytest
 from tests.conftest import ferrex_command
 
+from ferrex.core.errors import FerrexError
+from ferrex.core.service import MemoryService
+
 INITIALIZE = {
     "jsonrpc": "2.0",
     "id": 1,
@@ -56,6 +59,13 @@ class Wire:
         self.process.stdin.write(line + "\n")
         self.process.stdin.flush()
 
+    def send_bytes(self, line: bytes) -> None:
+        """A raw line, bytes as given (invalid UTF-8 included)."""
+        assert self.process.stdin is not None
+        self.process.stdin.flush()
+        self.process.stdin.buffer.write(line + b"\n")
+        self.process.stdin.buffer.flush()
+
     def receive(self) -> dict[str, Any]:
         return dict(json.loads(self.lines.get(timeout=60)))
 
@@ -79,8 +89,7 @@ def wire(tmp_path: Path, models_dir: Path) -> Any:
 BAD_LINES = [
     # (line, expected id, expected JSON-RPC code)
     (
-        '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"recall",'
-        '"arguments":{"query":"x\\udc00"}}}',
+        '{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"cursor":"x\\udc00"}}',
         2,
         -32600,
     ),
@@ -118,3 +127,52 @@ def test_every_malformed_request_line_gets_an_error_reply_and_the_server_goes_on
     reply = wire.receive()
     assert reply["id"] == 10 and reply["result"]["structuredContent"]["total"] == 0
     assert wire.close() == 0
+
+
+def tool_call(request_id: int, tool: str, arguments: bytes) -> bytes:
+    head = f'{{"jsonrpc":"2.0","id":{request_id},"method":"tools/call","params":{{"name":"{tool}",'
+    return head.encode() + b'"arguments":' + arguments + b"}}"
+
+
+BAD_TEXT = [
+    # (arguments as raw JSON bytes, the parameter named in the refusal)
+    (b'{"content":"deployed build \xff\xfe to staging"}', "content"),
+    (b'{"subject":"api","predicate":"uses","object":"tokio \xc3"}', "object"),
+    (b'{"content":"a note","entities":["ok","db-\xed\xa0\x80"]}', "entities[1]"),
+    (b'{"content":"lone surrogate \\udc00 escaped"}', "content"),
+    (b'{"content":"a note","context":{"k":"\\ud800"}}', "context.k"),
+]
+
+
+def test_invalid_utf8_or_a_lone_surrogate_in_a_parameter_is_refused_and_stores_nothing(
+    wire: Wire,
+) -> None:
+    """Raw bytes on the server's stdin: text that is not valid UTF-8 is never stored as U+FFFD
+    (nor as anything else); the call gets the tool's invalid_params naming the parameter."""
+    for n, (arguments, field) in enumerate(BAD_TEXT):
+        wire.send_bytes(tool_call(20 + n, "store", arguments))
+        reply = wire.receive()
+        assert reply["id"] == 20 + n, reply
+        result = reply["result"]
+        assert result["isError"] is True, reply
+        error = result["structuredContent"]["error"]
+        assert error["code"] == "invalid_params" and error["field"] == field, error
+        assert "UTF-8" in error["message"] and "Nothing was stored" in error["message"]
+    wire.send_bytes(tool_call(40, "recall", b'{"query":"build \xff"}'))
+    assert wire.receive()["result"]["structuredContent"]["error"]["code"] == "invalid_params"
+    wire.send_bytes(tool_call(41, "stats", b"{}"))
+    assert wire.receive()["result"]["structuredContent"]["total"] == 0
+    # Valid UTF-8 (non-ASCII included) is stored as sent.
+    wire.send_bytes(tool_call(42, "store", '{"content":"déployé build 1.4.2 ✓"}'.encode()))
+    assert wire.receive()["result"]["structuredContent"]["status"] == "stored"
+    wire.send_bytes(tool_call(43, "stats", b"{}"))
+    assert wire.receive()["result"]["structuredContent"]["total"] == 1
+    assert wire.close() == 0
+
+
+def test_a_lone_surrogate_reaching_the_service_is_refused_too(service: MemoryService) -> None:
+    """Whatever the transport (stdio, HTTP, in-process), text that cannot be UTF-8 is refused."""
+    with pytest.raises(FerrexError) as error:
+        service.store({"content": "ok", "entities": ["db-\udc80"]})
+    assert error.value.code == "invalid_params" and error.value.details["field"] == "entities[0]"
+    assert service.meta.count_memories() == 0

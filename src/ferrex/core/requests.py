@@ -382,10 +382,48 @@ def parse(model: type[R], arguments: Any, limits: LimitsConfig, tool: str) -> R:
         arguments = {}
     if not isinstance(arguments, dict):
         raise FerrexError(errors.INVALID_PARAMS, f"{tool}: arguments must be a JSON object")
+    bad = invalid_text_field(arguments)
+    if bad is not None:
+        raise invalid_text_error(tool, bad)
     try:
         return model.model_validate(_lenient(model, arguments), context={"limits": limits})
     except ValidationError as exc:
         raise _to_error(exc, model, tool) from None
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def invalid_text_field(value: Any, path: str = "") -> str | None:
+    """The first parameter (``content``, ``entities[1]``, ``context.k``) holding text that is
+    not valid Unicode: a lone surrogate, which is how invalid UTF-8 bytes and escapes such as
+    ``\\udc00`` arrive. None when every string (keys included) is valid."""
+    if isinstance(value, str):
+        return (path or "arguments") if _SURROGATE.search(value) else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else str(key)
+            if isinstance(key, str) and _SURROGATE.search(key):
+                return path or "arguments"
+            found = invalid_text_field(item, where)
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for position, item in enumerate(value):
+            found = invalid_text_field(item, f"{path}[{position}]")
+            if found is not None:
+                return found
+    return None
+
+
+def invalid_text_error(tool: str, field: str) -> FerrexError:
+    shown = _SURROGATE.sub("?", field)[:60]
+    return FerrexError(
+        errors.INVALID_PARAMS,
+        f"{tool}: '{shown}' is not valid UTF-8 text (invalid bytes or a lone surrogate such as "
+        "\\udc00); send the text as valid UTF-8. Nothing was stored or changed.",
+        field=shown,
+    )
 
 
 def _lenient(model: type[_Request], arguments: dict[str, Any]) -> dict[str, Any]:

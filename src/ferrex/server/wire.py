@@ -22,6 +22,9 @@ import mcp_types as types
 import structlog
 from mcp.shared.message import SessionMessage
 
+from ferrex.core.errors import FerrexError
+from ferrex.core.requests import invalid_text_error, invalid_text_field
+
 log = structlog.get_logger("ferrex.server")
 
 PARSE_ERROR = -32700
@@ -31,7 +34,9 @@ INVALID_REQUEST = -32600
 def stdin_lines() -> Any:
     """UTF-8 lines of a private duplicate of fd 0 (closing it never closes the real stdin)."""
     raw = os.fdopen(os.dup(0), "rb")
-    return anyio.wrap_file(io.TextIOWrapper(raw, encoding="utf-8", errors="replace"))
+    # Invalid bytes become lone surrogates (never U+FFFD, which would store altered text): the
+    # SDK refuses such a line and CheckedLines answers it (a tool call: invalid_params).
+    return anyio.wrap_file(io.TextIOWrapper(raw, encoding="utf-8", errors="surrogateescape"))
 
 
 def _has_id(line: str) -> bool:
@@ -92,6 +97,15 @@ class CheckedLines:
         if request_id is None and "method" in message and "id" not in message:
             log.warning("dropped an invalid notification", method=str(message["method"])[:40])
             return
+        if request_id is not None and message.get("method") == "tools/call":
+            params = message.get("params")
+            tool = str(params.get("name")) if isinstance(params, dict) else "tools/call"
+            arguments = params.get("arguments") if isinstance(params, dict) else None
+            field = invalid_text_field(arguments) if arguments is not None else None
+            if field is not None:
+                # Bad text in a tool parameter is the tool's invalid_params, as in-process.
+                await self._send_tool_error(request_id, invalid_text_error(tool[:40], field))
+                return
         reason = "not a valid JSON-RPC 2.0 message"
         try:
             json.dumps(message, ensure_ascii=False).encode("utf-8")
@@ -100,6 +114,23 @@ class CheckedLines:
                 "text must be valid Unicode: lone surrogate escapes such as \\udc00 are not allowed"
             )
         await self._send(request_id, INVALID_REQUEST, f"invalid request: {reason}")
+
+    async def _send_tool_error(self, request_id: int | str, error: FerrexError) -> None:
+        await self._ready.wait()
+        payload = {"error": error.to_dict()}
+        text = json.dumps(payload, ensure_ascii=False)
+        result = types.CallToolResult(
+            content=[types.TextContent(type="text", text=text)],
+            structured_content=payload,
+            is_error=True,
+        )
+        reply = types.JSONRPCResponse(
+            jsonrpc="2.0",
+            id=request_id,
+            result=result.model_dump(by_alias=True, mode="json", exclude_none=True),
+        )
+        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+            await self.replies.send(SessionMessage(reply))
 
     async def _send(self, request_id: int | str | None, code: int, message: str) -> None:
         await self._ready.wait()
