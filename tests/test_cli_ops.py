@@ -434,13 +434,48 @@ def test_an_unusable_data_dir_is_a_one_line_error(
     assert done.stdout == ""
 
 
+@pytest.mark.parametrize(
+    "command",
+    [("doctor",), ("doctor", "--json"), ("export",), ("import", "-"), ("rebuild-index",)],
+)
+@pytest.mark.parametrize("kind", ["missing", "empty"])
+def test_an_operator_command_on_a_data_dir_without_a_store_creates_nothing(
+    tmp_path: Path, models_dir: Path, command: tuple[str, ...], kind: str
+) -> None:
+    """A mistyped --data-dir is an error, never a new empty store reported healthy."""
+    target = tmp_path / "mistyped"
+    if kind == "empty":
+        target.mkdir()
+    done = cli(target, models_dir, *command, check=2)
+    assert done.stderr.strip().startswith("error: the data dir")
+    assert ("does not exist" if kind == "missing" else "holds no ferrex store") in done.stderr
+    assert "ferrex init" in done.stderr and "Traceback" not in done.stderr
+    if command == ("doctor", "--json"):
+        report = json.loads(done.stdout)
+        assert report["ok"] is False and report["error"]["code"] == "no_store"
+    assert (target.exists() and sorted(target.iterdir()) == []) or not target.exists()
+    assert target.exists() == (kind == "empty")
+
+
+def test_init_creates_a_store_that_operator_commands_then_use(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    target = tmp_path / "new"
+    done = cli(target, models_dir, "--model-tier", "small", "init")
+    assert "now holds an empty store" in done.stdout
+    assert (target / "ferrex.db").is_file()
+    assert doctor(target, models_dir)["ok"] is True
+    again = cli(target, models_dir, "init")
+    assert "already holds a store (0 memories)" in again.stdout
+
+
 def test_loose_data_dir_permissions_are_tightened_out_loud(
     tmp_path: Path, models_dir: Path
 ) -> None:
     data = tmp_path / "shared"
     data.mkdir(mode=0o755)
     os.chmod(data, 0o755)
-    done = cli(data, models_dir, "doctor", "--json", "--log-level", "warning")
+    done = cli(data, models_dir, "init", "--log-level", "warning")
     assert "tightened the permissions" in done.stderr and "0o755" in done.stderr
     assert os.stat(data).st_mode & 0o777 == 0o700
 
@@ -468,7 +503,7 @@ def test_a_bad_export_file_imports_nothing_and_says_which_line(
     bad = tmp_path / "bad.jsonl"
     bad.write_text("\n".join(json.dumps(r) for r in records) + "\n", encoding="utf-8")
     fresh = tmp_path / "fresh"
-    cli(fresh, models_dir, "doctor", "--json")  # an initialised, empty store
+    cli(fresh, models_dir, "init")  # an initialised, empty store
     before = digest(fresh)
     done = cli(fresh, models_dir, "import", str(bad), check=2)
     [line] = done.stderr.strip().splitlines()
@@ -481,6 +516,7 @@ def test_a_bad_export_file_imports_nothing_and_says_which_line(
 def test_import_shows_progress(store: Path, models_dir: Path, tmp_path: Path) -> None:
     exported = tmp_path / "all.jsonl"
     cli(store, models_dir, "export", "-o", str(exported))
+    cli(tmp_path / "fresh", models_dir, "init")
     done = cli(tmp_path / "fresh", models_dir, "import", str(exported))
     assert "importing: 150/150" in done.stderr and "100%" in done.stderr
     assert "imported 150 memories" in done.stderr
@@ -493,7 +529,7 @@ def test_import_shows_progress(store: Path, models_dir: Path, tmp_path: Path) ->
 def pinned(tmp_path_factory: pytest.TempPathFactory, models_dir: Path) -> Path:
     """An empty store pinned to all-MiniLM-L6-v2 (the small tier), plus a header-only export."""
     data_dir = tmp_path_factory.mktemp("pinned") / "store"
-    cli(data_dir, models_dir, "--model-tier", "small", "doctor", "--json")
+    cli(data_dir, models_dir, "--model-tier", "small", "init")
     cli(data_dir, models_dir, "export", "-o", str(data_dir.parent / "header-only.jsonl"))
     return data_dir
 

@@ -262,6 +262,7 @@ def test_help_lists_every_flag() -> None:
         "--staleness-config",
         "--log-level",
         "--offline",
+        "init",
         "doctor",
         "rebuild-index",
         "export",

@@ -163,6 +163,8 @@ def populate(service: MemoryService) -> dict[str, str]:
 
 
 def run_cli(data_dir: Path, models_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    if args[0] == "import" and not (data_dir / "ferrex.db").exists():
+        run_cli(data_dir, models_dir, "init")  # operator commands never create a store
     env = {
         **os.environ,
         "FERREX_HOME": str(data_dir),

@@ -387,6 +387,12 @@ def build_parser() -> argparse.ArgumentParser:
         "sidecar or the embedded engine) and switch the store to it.",
     )
     migrate.add_argument("--to", required=True, choices=["sidecar", "embedded"], dest="target")
+    _command(
+        commands,
+        "init",
+        STORE_FLAGS,
+        "create a store in the data dir (operator commands never create one)",
+    )
     _add_tool_commands(commands)
     doctor = _command(
         commands,
@@ -488,7 +494,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ferrex.bootstrap import DataDirError, ensure_data_dir
 
     try:
-        ensure_data_dir(settings.data_dir)
+        # Only the server and `init` create a store: an operator command on a mistyped
+        # --data-dir says so instead of creating (and reporting on) an empty one.
+        if command in CREATING_COMMANDS or settings.data_dir.expanduser().exists():
+            ensure_data_dir(settings.data_dir)
     except DataDirError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -508,12 +517,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_tool_command(command, args, settings, explicit_tier)
     try:
+        if command not in CREATING_COMMANDS and command != "doctor":
+            _require_store(settings)
         if command == "serve":
             if getattr(args, "http", None):
                 return _serve_http(settings, explicit_tier, args.http)
             return _serve(settings, explicit_tier)
         if command == "migrate-index":
             return _migrate(settings, explicit_tier, args.target)
+        if command == "init":
+            return _init(settings, explicit_tier)
         if command == "doctor":
             return _doctor(settings, explicit_tier, as_json=args.json, repair=args.repair)
         if command == "rebuild-index":
@@ -784,8 +797,35 @@ def _cli_error(exc: BaseException, settings: Settings) -> CliError:
     )
 
 
+CREATING_COMMANDS = ("serve", "init")
+
+
+def _require_store(settings: Settings) -> None:
+    """Refuse an operator command on a data dir that holds no ferrex store (creating nothing)."""
+    if settings.db_path.expanduser().is_file():
+        return
+    directory = settings.data_dir.expanduser()
+    where = "does not exist" if not directory.exists() else "holds no ferrex store"
+    raise CliError(
+        f"the data dir {directory} {where}: check --data-dir (or FERREX_HOME); "
+        "`ferrex init` creates a store there, as does starting the server",
+        code="no_store",
+    )
+
+
+def _init(settings: Settings, explicit_tier: bool) -> int:
+    """Create the store (data dir, database, index, model pin) as the first server start does."""
+    existed = settings.db_path.expanduser().is_file()
+    stats = _operate(settings, explicit_tier, "stats", {})
+    total = stats.get("total", 0) if isinstance(stats, dict) else 0
+    state = f"already holds a store ({total} memories)" if existed else "now holds an empty store"
+    sys.stdout.write(f"ferrex: {settings.data_dir.expanduser()} {state}\n")
+    return 0
+
+
 def _doctor(settings: Settings, explicit_tier: bool, *, as_json: bool, repair: bool) -> int:
     try:
+        _require_store(settings)
         report = _operate(settings, explicit_tier, "doctor", {"repair": repair})
     except CliError as exc:
         if as_json:  # a report a script can read, even when the store cannot be opened
