@@ -140,7 +140,8 @@ async def test_errors_are_the_tools_own_and_exit_1_usage_exits_2(
         assert as_json(done) == tool_answer
         plain = cli(data / "cli", models_dir, *argv, check=1)
         code = tool_answer["error"]["code"]
-        assert plain.stdout == "" and plain.stderr.startswith(f"error [{code}]: "), plain.stderr
+        last = plain.stderr.strip().splitlines()[-1]
+        assert plain.stdout == "" and last.startswith(f"error [{code}]: "), plain.stderr
         assert "Traceback" not in plain.stderr
     assert as_json(cli(data / "cli", models_dir, "stats", "--json"))["total"] == 0
     usage = cli(data / "cli", models_dir, "recall", check=2)

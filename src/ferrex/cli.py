@@ -458,7 +458,7 @@ def _settings(args: argparse.Namespace) -> tuple[Settings, bool]:
     level = settings.log_level
     explicit_level = "log_level" in settings.model_fields_set
     if getattr(args, "command", None) in TOOL_COMMANDS and not explicit_level:
-        level = "error"  # a person at a shell: the answer itself carries the warnings
+        level = "warning"  # a person at a shell: warnings (a model fallback), not progress
     configure(level, settings.log_format, settings.log_file)
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
