@@ -144,6 +144,8 @@ async def test_errors_are_the_tools_own_and_exit_1_usage_exits_2(
         assert plain.stdout == "" and last.startswith(f"error [{code}]: "), plain.stderr
         assert "Traceback" not in plain.stderr
     assert as_json(cli(data / "cli", models_dir, "stats", "--json"))["total"] == 0
+    typo = cli(tmp_path / "no-such-dir", models_dir, "recall", "anything", "--json", check=1)
+    assert as_json(typo)["error"]["code"] == "no_store" and not (tmp_path / "no-such-dir").exists()
     usage = cli(data / "cli", models_dir, "recall", check=2)
     assert "required: query" in usage.stderr
     assert cli(data / "cli", models_dir, "recall", "x", "--limit", "many", check=2).stdout == ""

@@ -93,7 +93,7 @@ def tool_arguments(command: str, args: argparse.Namespace, settings: Settings) -
 def run_tool_command(
     command: str, args: argparse.Namespace, settings: Settings, explicit_tier: bool
 ) -> int:
-    from ferrex.cli import CliError, _operate
+    from ferrex.cli import CliError, _operate, _require_store
 
     as_json = bool(getattr(args, "json", False))
     try:
@@ -102,6 +102,8 @@ def run_tool_command(
         sys.stderr.write(f"error: {exc}\n")
         return EXIT_USAGE
     try:
+        if command != "store":  # only a write creates a store; a read on a typo says so
+            _require_store(settings)
         answer = _operate(settings, explicit_tier, command, arguments)
     except CliError as exc:
         if as_json:
