@@ -1,101 +1,72 @@
-"""Latency of store / recall / stats on a growing store, as ratios against the model's own time.
+"""Latency of every tool against its floors, at 1k / 10k / 100k memories, in one run.
 
-    python bench/latency.py [--sizes 1000 10000] [--queries 200] [--model-tier small]
+    python bench/latency.py                       # 1k and 10k (about 15 minutes on 2 cores)
+    python bench/latency.py --sizes 1000 10000 100000
 
-For each store size: bulk-load synthetic but varied memories through ``store_many``, then time
-single ``store`` calls, ``recall`` calls (hybrid, cache disabled so every call does the work) and
-``stats`` (brief and detailed). The embedding model's own time for one document / one query is
-measured in the same run, so the results read as "recall costs N x one query embedding" —
-comparable across machines. Writes a JSON file to ``bench/results/``.
+Floors, measured in the same run: one query embedding; one raw hybrid engine query (Qdrant Edge
+``query_batch``, dense + BM25, the same vectors and filter ferrex sends); raw document-embedding
+throughput; one MCP SDK round trip of a trivial tool; the SDK's minimal stdio server from spawn
+to its first ``tools/list``. ferrex, per size: recall p50 / p95 / p99 in-process and through a
+real MCP stdio client, store p50 / p95, bulk import throughput (``store_many``), ``stats`` brief
+and detailed, spawn to first ``tools/list``, RSS; every ratio against its floor.
+
+Stores of realistic text (``bench/corpus.py``) are built once and cached outside the repository
+(``bench/stores.py``; ``$FERREX_BENCH_CACHE``, default ``~/.cache/ferrex-bench``): the 100k store
+takes about an hour of one core to embed. Each run works on a copy. Writes
+``bench/results/latency-<stamp>.json`` and prints the markdown table for ``bench/RESULTS.md``.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import platform
-import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(BENCH))
 
-from ferrex.bootstrap import Options, build_service  # noqa: E402
-from ferrex.config import load_settings  # noqa: E402
+import qdrant_edge as q  # noqa: E402
+from mcp import Client, StdioServerParameters  # noqa: E402
+
+from corpus import memories, queries  # noqa: E402
+from ferrex.core.service import MemoryService  # noqa: E402
 from ferrex.logs import configure  # noqa: E402
+from stores import build_info, cached_stores, copy_store, open_service  # noqa: E402
 
-WORDS = [
-    "api",
-    "server",
-    "billing",
-    "invoice",
-    "deploy",
-    "staging",
-    "database",
-    "replica",
-    "migration",
-    "index",
-    "cache",
-    "queue",
-    "worker",
-    "latency",
-    "timeout",
-    "deadlock",
-    "pool",
-    "semaphore",
-    "tokio",
-    "rust",
-    "python",
-    "react",
-    "dashboard",
-    "kafka",
-    "redis",
-    "postgres",
-    "incident",
-    "outage",
-    "rollback",
-    "release",
-    "review",
-    "customer",
-    "refund",
-    "stripe",
-    "webhook",
-    "certificate",
-    "dns",
-    "proxy",
-    "kubernetes",
-    "node",
-    "cluster",
-    "memory",
-    "leak",
-    "profile",
-    "benchmark",
-    "flaky",
-    "test",
-    "pipeline",
-    "runner",
-    "artifact",
-]
-PEOPLE = ["Ana", "Bo", "Chen", "Dara", "Eli", "Femi", "Gus", "Hana", "Ivo", "Juno", "Kai", "Lea"]
+MINIMAL_SERVER = BENCH / "minimal_server.py"
 
 
-def sentence(rng: random.Random, serial: int) -> str:
-    words = " ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 16)))
-    return f"{rng.choice(PEOPLE)} noted {words} (ref {serial})"
+# --------------------------------------------------------------------------- statistics
 
 
-def percentiles(samples: list[float]) -> dict[str, float]:
+def pct(samples: list[float], p: float) -> float:
     ordered = sorted(samples)
-    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
-    return {"p50_ms": statistics.median(ordered) * 1000, "p95_ms": p95 * 1000}
+    return ordered[min(len(ordered) - 1, round(p * (len(ordered) - 1)))]
+
+
+def summary(samples: list[float]) -> dict[str, float]:
+    """Milliseconds: p50 / p95 / p99 / max of seconds samples."""
+    return {
+        "p50": round(statistics.median(samples) * 1000, 3),
+        "p95": round(pct(samples, 0.95) * 1000, 3),
+        "p99": round(pct(samples, 0.99) * 1000, 3),
+        "max": round(max(samples) * 1000, 3),
+        "n": len(samples),
+    }
 
 
 def timed(fn: Callable[[], Any], repeat: int) -> list[float]:
@@ -107,67 +78,289 @@ def timed(fn: Callable[[], Any], repeat: int) -> list[float]:
     return out
 
 
-def run_size(size: int, queries: int, tier: str, rng: random.Random) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp:
-        settings, _ = load_settings(
-            cli={
-                "data_dir": tmp,
-                "model_tier": tier,
-                "offline": True,
-                "rerank": False,
-                "cache.enabled": False,
-            }
-        )
-        service = build_service(settings, Options(explicit_model_tier=True))
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def children_of(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
         try:
-            service.ensure_ready()
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            out.append(int(entry.name))
+    return out
+
+
+# --------------------------------------------------------------------------- MCP helpers
+
+
+def ferrex_params(data_dir: Path, tier: str) -> StdioServerParameters:
+    command = Path(sys.executable).with_name("ferrex")
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("FERREX_")},
+        "FERREX_HOME": str(data_dir),
+        "FERREX_OFFLINE": "1",
+        "FERREX_LOG": "error",
+        "FERREX_CACHE__ENABLED": "false",
+    }
+    return StdioServerParameters(
+        command=str(command), args=["--model-tier", tier, "--no-rerank"], env=env
+    )
+
+
+def minimal_params() -> StdioServerParameters:
+    return StdioServerParameters(command=sys.executable, args=[str(MINIMAL_SERVER)])
+
+
+async def spawn_to_list(params: StdioServerParameters) -> float:
+    """Seconds from spawning the server to the answer of its first tools/list."""
+    start = time.perf_counter()
+    async with Client(params, mode="legacy") as client:
+        await client.list_tools()
+        elapsed = time.perf_counter() - start
+    return elapsed
+
+
+async def sdk_floor(round_trips: int, spawns: int) -> dict[str, Any]:
+    async with Client(minimal_params(), mode="legacy") as client:
+        for _ in range(20):
+            await client.call_tool("echo", {"text": "warm"})
+        samples = []
+        for i in range(round_trips):
             start = time.perf_counter()
-            loaded = 0
-            serial = 0
-            while loaded < size:
-                batch = [
-                    {"content": sentence(rng, serial + i)} for i in range(min(512, size - loaded))
-                ]
-                serial += len(batch)
-                loaded += sum(1 for r in service.store_many(batch) if "error" not in r)
-            ingest_s = time.perf_counter() - start
-            embed_doc = timed(lambda: service.embedder.embed_documents([sentence(rng, -1)]), 50)
-            embed_query = timed(lambda: service.embedder.embed_query(sentence(rng, -2)), 50)
-            store_times = []
-            for _ in range(50):
-                payload = {"content": sentence(rng, serial)}
-                serial += 1
-                t0 = time.perf_counter()
-                try:
-                    service.store(payload)
-                except Exception:
-                    continue
-                store_times.append(time.perf_counter() - t0)
-            texts = [sentence(rng, -3) for _ in range(queries)]
-            recall_times = []
-            for text in texts:
-                t0 = time.perf_counter()
-                service.recall({"query": text, "limit": 10})
-                recall_times.append(time.perf_counter() - t0)
-            brief = timed(lambda: service.stats({}), 10)
-            detailed = timed(lambda: service.stats({"detailed": True}), 5)
-            model_doc = statistics.median(embed_doc)
-            model_query = statistics.median(embed_query)
-            result = {
-                "size": size,
-                "ingest_per_second": round(size / ingest_s, 1),
-                "embed_document": percentiles(embed_doc),
-                "embed_query": percentiles(embed_query),
-                "store": percentiles(store_times),
-                "recall": percentiles(recall_times),
-                "stats_brief": percentiles(brief),
-                "stats_detailed": percentiles(detailed),
-            }
-            result["store"]["x_model"] = result["store"]["p50_ms"] / (model_doc * 1000)
-            result["recall"]["x_model"] = result["recall"]["p50_ms"] / (model_query * 1000)
-            return result
+            await client.call_tool("echo", {"text": f"ping {i}"})
+            samples.append(time.perf_counter() - start)
+    spawn = [await spawn_to_list(minimal_params()) for _ in range(spawns)]
+    return {"round_trip": summary(samples), "spawn_to_list": summary(spawn)}
+
+
+async def mcp_recall(
+    data_dir: Path, tier: str, texts: list[str], spawns: int, ping_during: bool = False
+) -> dict[str, Any]:
+    """Recall through a real MCP stdio client; spawn to first tools/list; RSS of the server."""
+    params = ferrex_params(data_dir, tier)
+    spawn = [await spawn_to_list(params) for _ in range(spawns)]
+    out: dict[str, Any] = {"spawn_to_list": summary(spawn)}
+    async with Client(params, mode="legacy") as client:
+        start = time.perf_counter()
+        await client.call_tool("stats", {})  # waits for the model and the store
+        out["first_stats_s"] = round(time.perf_counter() - start, 3)
+        for text in texts[:10]:
+            await client.call_tool("recall", {"query": text + " warm", "limit": 10})
+        samples = []
+        for text in texts:
+            start = time.perf_counter()
+            result = await client.call_tool("recall", {"query": text, "limit": 10})
+            samples.append(time.perf_counter() - start)
+            if result.is_error:
+                raise RuntimeError(f"recall failed: {result.content}")
+        out["recall"] = summary(samples)
+        store_samples = []
+        for item in islice(memories(seed=1234, fresh=True), 30):
+            start = time.perf_counter()
+            await client.call_tool("store", item)
+            store_samples.append(time.perf_counter() - start)
+        out["store"] = summary(store_samples)
+        pids = children_of(os.getpid())
+        rss = [rss_mb(pid) for pid in pids if "ferrex" in Path(f"/proc/{pid}/cmdline").read_text()]
+        out["rss_mb"] = round(max(rss), 1) if rss else None
+    return out
+
+
+# --------------------------------------------------------------------------- floors in-process
+
+
+def engine_request(service: MemoryService, dense: Any, sparse: Any) -> q.QueryBatchRequest:
+    """The raw engine query ferrex's hybrid recall makes (prefetch 45 per channel)."""
+    namespace = service.namespace
+    flt = q.Filter(
+        must=[
+            q.FieldCondition("namespace", match=q.MatchValue(namespace)),
+            q.IsEmptyCondition("t_invalid"),
+        ]
+    )
+    corpus = q.Filter(must=[q.FieldCondition("namespace", match=q.MatchValue(namespace))])
+    return q.QueryBatchRequest(
+        [
+            q.QueryRequest(
+                limit=45,
+                query=q.Query.Nearest([float(x) for x in dense], using="dense"),
+                filter=flt,
+                params=q.SearchParams(hnsw_ef=service.settings.retrieval.hnsw_ef),
+                with_payload=["memory_id", "chunk"],
+            ),
+            q.QueryRequest(
+                limit=45,
+                query=q.Query.Nearest(
+                    q.SparseVector(list(sparse.indices), list(sparse.values)), using="bm25"
+                ),
+                filter=flt,
+                params=q.SearchParams(idf=q.IdfParams(corpus=corpus)),
+                with_payload=["memory_id", "chunk"],
+            ),
+        ]
+    )
+
+
+def in_process(service: MemoryService, texts: list[str], size: int) -> dict[str, Any]:
+    embedder = service.embedder
+    shard = service.index.shard  # type: ignore[attr-defined]
+    for text in texts[:10]:
+        service.recall({"query": text + " warm", "limit": 10})
+    recall = []
+    embed_q = []
+    engine = []
+    for text in texts:
+        start = time.perf_counter()
+        service.recall({"query": text, "limit": 10})
+        recall.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        dense = embedder.embed_query(text)
+        embed_q.append(time.perf_counter() - start)
+        sparse = service.sparse.encode_query(text)
+        request = engine_request(service, dense, sparse)
+        start = time.perf_counter()
+        shard.query_batch(request)
+        engine.append(time.perf_counter() - start)
+    fresh = list(islice(memories(seed=4321, fresh=True), 120))
+    timed(lambda: embedder.embed_documents([fresh[0]["content"]]), 5)  # warm
+    docs = []
+    stores = []
+    for item in fresh[:60]:
+        start = time.perf_counter()
+        embedder.embed_documents([item["content"], *item.get("entities", [])])
+        docs.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        service.store(item)
+        stores.append(time.perf_counter() - start)
+    batch = [m["content"] for m in islice(memories(seed=99), 512)]
+    start = time.perf_counter()
+    embedder.embed_documents(batch)
+    throughput = len(batch) / (time.perf_counter() - start)
+    model = embedder._model  # type: ignore[attr-defined]
+    start = time.perf_counter()
+    list(model.embed(batch))
+    naive_throughput = len(batch) / (time.perf_counter() - start)
+    brief = timed(lambda: service.stats({}), 20)
+    detailed = timed(lambda: service.stats({"detailed": True}), 5)
+    return {
+        "embed_query": summary(embed_q),
+        "engine_query": summary(engine),
+        "recall": summary(recall),
+        "embed_document": summary(docs),
+        "store": summary(stores),
+        "embed_throughput": round(throughput, 1),
+        "embed_throughput_fastembed_default": round(naive_throughput, 1),
+        "stats_brief": summary(brief),
+        "stats_detailed": summary(detailed),
+        "index": service.index.stats().details,
+        "vectors_mb": round(size * service.embedder.info.dimension * 4 / 2**20, 1),
+    }
+
+
+def model_rss_mb(tier: str) -> float:
+    """RSS of a bare Python process holding only the embedding model (after one embedding)."""
+    code = (
+        "import sys, tempfile, pathlib; sys.path.insert(0, sys.argv[1]);"
+        "from ferrex.embed.embedder import FastEmbedEmbedder;"
+        "from ferrex.config import load_settings;"
+        "s, _ = load_settings(cli={'data_dir': sys.argv[2], 'model_tier': sys.argv[3],"
+        " 'offline': True}, environ={});"
+        "from ferrex.bootstrap import build_service, Options;"
+        "svc = build_service(s, Options(explicit_model_tier=True));"
+        "svc.embedder.embed_documents(['warm up the model once']);"
+        "print([l for l in open('/proc/self/status') if l.startswith('VmRSS')][0].split()[1])"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        out = subprocess.run(
+            [sys.executable, "-c", code, str(ROOT / "src"), tmp, tier],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    return int(out.stdout.strip().splitlines()[-1]) / 1024
+
+
+# --------------------------------------------------------------------------- one size
+
+
+def run_size(
+    size: int, cached: Path, tier: str, texts: list[str], mcp_texts: list[str], spawns: int
+) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="ferrex-bench-") as tmp:
+        data = copy_store(cached, Path(tmp))
+        service = open_service(data, tier)
+        try:
+            row = in_process(service, texts, size)
         finally:
             service.close()
+        row["mcp"] = asyncio.run(mcp_recall(data, tier, mcp_texts, spawns))
+    row["size"] = size
+    row["bulk_import"] = build_info(cached)
+    return row
+
+
+# --------------------------------------------------------------------------- table
+
+
+def ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}×" if b else "n/a"
+
+
+def table(floors: dict[str, Any], rows: list[dict[str, Any]], model_mb: float) -> str:
+    sdk_rt = floors["round_trip"]["p50"]
+    sdk_spawn = floors["spawn_to_list"]["p50"]
+    lines = [
+        f"Floors: SDK trivial round trip p50 {sdk_rt:.2f} ms; SDK minimal server spawn → first "
+        f"tools/list p50 {sdk_spawn:.0f} ms; model alone RSS {model_mb:.0f} MB.",
+        "",
+        "| memories | embed q p50 | engine q p50 | recall p50 / p95 / p99 | ÷ (embed+engine) "
+        "| MCP recall p50 / p95 / p99 | ÷ (embed+engine+SDK) | store p50 / p95 | ÷ its embedding "
+        "| bulk import/s | ÷ raw embed/s | stats brief / detailed | spawn→list | ÷ SDK | RSS "
+        "| ÷ (vectors+model) |",
+        "|" + "---|" * 17,
+    ]
+    for row in rows:
+        eq = row["embed_query"]["p50"]
+        en = row["engine_query"]["p50"]
+        rc = row["recall"]
+        mc = row["mcp"]["recall"]
+        st = row["store"]
+        doc = row["embed_document"]["p50"]
+        bulk = row["bulk_import"]["per_second"]
+        raw = row["embed_throughput"]
+        rss = row["mcp"]["rss_mb"] or 0.0
+        floor_rss = row["vectors_mb"] + model_mb
+        spawn = row["mcp"]["spawn_to_list"]["p50"]
+        lines.append(
+            f"| {row['size']:,} | {eq:.2f} ms | {en:.2f} ms "
+            f"| {rc['p50']:.1f} / {rc['p95']:.1f} / {rc['p99']:.1f} ms "
+            f"| {ratio(rc['p50'], eq + en)} "
+            f"| {mc['p50']:.1f} / {mc['p95']:.1f} / {mc['p99']:.1f} ms "
+            f"| {ratio(mc['p50'], eq + en + sdk_rt)} "
+            f"| {st['p50']:.1f} / {st['p95']:.1f} ms | {ratio(st['p50'], doc)} "
+            f"| {bulk:.0f} | {bulk / raw:.2f}× "
+            f"| {row['stats_brief']['p50']:.1f} / {row['stats_detailed']['p50']:.0f} ms "
+            f"| {spawn:.0f} ms | {ratio(spawn, sdk_spawn)} "
+            f"| {rss:.0f} MB | {ratio(rss, floor_rss)} |"
+        )
+    if len(rows) > 1:
+        first, last = rows[0], rows[-1]
+        lines.append("")
+        lines.append(
+            f"recall p95 at {last['size']:,} ÷ p95 at {first['size']:,}: in-process "
+            f"{ratio(last['recall']['p95'], first['recall']['p95'])}, MCP "
+            f"{ratio(last['mcp']['recall']['p95'], first['mcp']['recall']['p95'])}"
+        )
+    return "\n".join(lines)
 
 
 def main() -> int:
@@ -176,55 +369,51 @@ def main() -> int:
     )
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--mcp-queries", type=int, default=200)
+    parser.add_argument("--spawns", type=int, default=3)
     parser.add_argument("--model-tier", default="small")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--label", default="")
     args = parser.parse_args()
     configure("error")
-    rng = random.Random(args.seed)
-    rows = [run_size(size, args.queries, args.model_tier, rng) for size in args.sizes]
-    header = (
-        "memories",
-        "ingest/s",
-        "embed q",
-        "recall p50",
-        "p95",
-        "x model",
-        "store p50",
-        "x model",
-        "stats",
-        "detailed",
-    )
-    print(" ".join(f"{h:>10}" for h in header))
-    for row in rows:
-        cells = (
-            f"{row['size']}",
-            f"{row['ingest_per_second']:.0f}",
-            f"{row['embed_query']['p50_ms']:.1f}ms",
-            f"{row['recall']['p50_ms']:.1f}ms",
-            f"{row['recall']['p95_ms']:.1f}ms",
-            f"{row['recall']['x_model']:.1f}x",
-            f"{row['store']['p50_ms']:.1f}ms",
-            f"{row['store']['x_model']:.1f}x",
-            f"{row['stats_brief']['p50_ms']:.0f}ms",
-            f"{row['stats_detailed']['p50_ms']:.0f}ms",
-        )
-        print(" ".join(f"{c:>10}" for c in cells))
-    out_dir = ROOT / "bench" / "results"
+    started = time.perf_counter()
+    cached = cached_stores(args.sizes, args.seed, args.model_tier)
+    texts = queries(args.queries)
+    mcp_texts = queries(args.mcp_queries, seed=12)
+    floors = asyncio.run(sdk_floor(200, args.spawns))
+    model_mb = model_rss_mb(args.model_tier)
+    rows = []
+    for size in sorted(args.sizes):
+        rows.append(run_size(size, cached[size], args.model_tier, texts, mcp_texts, args.spawns))
+        print(f"  {size} done ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
+    rendered = table(floors, rows, model_mb)
+    print(rendered)
+    out_dir = BENCH / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
     payload = {
         "date": stamp,
+        "commit": commit,
+        "label": args.label,
         "machine": {
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
             "platform": platform.platform(),
+            "load_average": os.getloadavg(),
         },
         "model_tier": args.model_tier,
+        "floors": floors,
+        "model_rss_mb": model_mb,
         "rows": rows,
+        "table": rendered,
+        "seconds": round(time.perf_counter() - started, 1),
     }
-    path = out_dir / f"latency-{stamp}.json"
+    path = out_dir / f"latency-{stamp}{'-' + args.label if args.label else ''}.json"
     path.write_text(json.dumps(payload, indent=2), encoding="utf-8")
-    print(f"wrote {path.relative_to(ROOT)}")
+    print(f"wrote {path.relative_to(ROOT)} ({payload['seconds']:.0f} s)")
     return 0
 
 

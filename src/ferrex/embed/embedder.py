@@ -29,6 +29,10 @@ from ferrex.embed.models import (
 
 log = structlog.get_logger("ferrex.embed")
 
+# Texts per model call when embedding documents (after sorting by length; see embed_documents).
+DOCUMENT_BATCH = 16
+_EMPTY: Vector = np.zeros(0, dtype=np.float32)
+
 
 class FastEmbedEmbedder:
     """fastembed ``TextEmbedding`` behind the Embedder port.
@@ -232,8 +236,14 @@ class FastEmbedEmbedder:
         if not texts:
             return []
         inputs = [f"{self._prefix_doc}{t}" for t in texts]
-        vectors = list(self._model.embed(inputs, batch_size=64))
-        return [_normalise(v) for v in vectors]
+        # A batch is padded to its longest text: batches of similar lengths (sorted by size)
+        # and small batches embed mixed real text 3-5x faster than arrival order in 64s.
+        order = sorted(range(len(inputs)), key=lambda i: len(inputs[i]))
+        vectors = self._model.embed([inputs[i] for i in order], batch_size=DOCUMENT_BATCH)
+        out: list[Vector] = [_EMPTY] * len(inputs)
+        for position, vector in zip(order, vectors, strict=True):
+            out[position] = _normalise(vector)
+        return out
 
     def embed_query(self, text: str) -> Vector:
         self.load()

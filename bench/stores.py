@@ -1,0 +1,168 @@
+"""Benchmark stores: built once through ``store_many`` (the bulk import path), cached outside the
+repository and copied for each run (runs write into their copy).
+
+    python bench/stores.py 100000          # build (or reuse) the cached 100k store
+
+The cache lives in ``$FERREX_BENCH_CACHE`` (default ``~/.cache/ferrex-bench``), keyed by size,
+seed, model tier and corpus version; ``build.json`` beside the data records how long the bulk
+import took.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Iterator
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH.parent / "src"))
+sys.path.insert(0, str(BENCH))
+
+from corpus import CORPUS_VERSION, memories  # noqa: E402
+from ferrex.bootstrap import Options, build_service  # noqa: E402
+from ferrex.config import load_settings  # noqa: E402
+from ferrex.core.service import MemoryService  # noqa: E402
+
+BATCH = 512
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("FERREX_BENCH_CACHE", "~/.cache/ferrex-bench")).expanduser()
+
+
+def settings_cli(data_dir: Path, tier: str) -> dict[str, Any]:
+    return {
+        "data_dir": str(data_dir),
+        "model_tier": tier,
+        "offline": True,
+        "rerank": False,
+        "cache.enabled": False,
+    }
+
+
+def open_service(data_dir: Path, tier: str) -> MemoryService:
+    settings, _ = load_settings(cli=settings_cli(data_dir, tier), environ={})
+    service = build_service(settings, Options(explicit_model_tier=True))
+    service.ensure_ready()
+    return service
+
+
+def bulk_load(
+    service: MemoryService, size: int, stream: Iterator[dict[str, Any]]
+) -> dict[str, Any]:
+    """Store ``size`` memories through ``store_many``; the bulk import's own throughput."""
+    loaded = rejected = 0
+    start = time.perf_counter()
+    last_report = start
+    while loaded < size:
+        batch = list(islice(stream, min(BATCH, size - loaded)))
+        results = service.store_many(batch)
+        ok = sum(1 for r in results if "id" in r and r.get("status") != "duplicate")
+        loaded += ok
+        rejected += len(results) - ok
+        now = time.perf_counter()
+        if now - last_report > 30:
+            last_report = now
+            rate = loaded / (now - start)
+            print(f"  {loaded}/{size} stored ({rate:.0f}/s)", file=sys.stderr, flush=True)
+    seconds = time.perf_counter() - start
+    return {
+        "size": size,
+        "stored": loaded,
+        "rejected": rejected,
+        "seconds": round(seconds, 1),
+        "per_second": round(loaded / seconds, 1),
+    }
+
+
+def store_path(size: int, seed: int, tier: str) -> Path:
+    return cache_root() / f"store-{size}-s{seed}-{tier}-c{CORPUS_VERSION}"
+
+
+def cached_store(size: int, seed: int, tier: str, *, rebuild: bool = False) -> Path:
+    """The cached store for this size (built now if missing)."""
+    return cached_stores([size], seed, tier, rebuild=rebuild)[size]
+
+
+def cached_stores(
+    sizes: list[int], seed: int, tier: str, *, rebuild: bool = False
+) -> dict[int, Path]:
+    """Cached stores of every size, built in ONE growing store (the same memory stream) that
+    is closed and copied at each size: the 1k store is the first 1,000 memories of the 10k."""
+    wanted = sorted(set(sizes))
+    paths = {size: store_path(size, seed, tier) for size in wanted}
+    missing = [s for s in wanted if rebuild or not (paths[s] / "build.json").exists()]
+    if not missing:
+        return paths
+    work = cache_root() / f"building-s{seed}-{tier}-c{CORPUS_VERSION}"
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    stream = memories(seed)
+    loaded = 0
+    seconds = 0.0
+    rejected = 0
+    for size in wanted:
+        service = open_service(work, tier)
+        try:
+            part = bulk_load(service, size - loaded, stream)
+        finally:
+            service.close()
+        loaded += part["stored"]
+        rejected += part["rejected"]
+        seconds += part["seconds"]
+        if size in missing:
+            target = paths[size]
+            if target.exists():
+                shutil.rmtree(target)
+            target.mkdir(parents=True)
+            shutil.copytree(work, target / "data")
+            build = {
+                "size": size,
+                "stored": loaded,
+                "rejected": rejected,
+                "seconds": round(seconds, 1),
+                "per_second": round(loaded / seconds, 1),
+            }
+            (target / "build.json").write_text(json.dumps(build, indent=2), encoding="utf-8")
+            print(f"  cached {target} {build}", file=sys.stderr, flush=True)
+    shutil.rmtree(work)
+    return paths
+
+
+def copy_store(cached: Path, into: Path) -> Path:
+    target = into / "data"
+    shutil.copytree(cached / "data", target)
+    return target
+
+
+def build_info(cached: Path) -> dict[str, Any]:
+    info: dict[str, Any] = json.loads((cached / "build.json").read_text(encoding="utf-8"))
+    return info
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("sizes", type=int, nargs="+")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--model-tier", default="small")
+    parser.add_argument("--rebuild", action="store_true")
+    args = parser.parse_args()
+    from ferrex.logs import configure
+
+    configure("error")
+    paths = cached_stores(args.sizes, args.seed, args.model_tier, rebuild=args.rebuild)
+    for path in paths.values():
+        print(path, json.dumps(build_info(path)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
