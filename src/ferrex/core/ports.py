@@ -204,6 +204,28 @@ class JournalEntry:
     namespace: str
 
 
+@dataclass(frozen=True)
+class MemoryCount:
+    """A write-kept counter: memories of one type, current or not, pinned or not."""
+
+    type: str
+    current: bool
+    pinned: bool
+    n: int
+
+
+@dataclass(frozen=True)
+class ReviewBucket:
+    """Current memories of one type and confidence created within one hour (``created_hour``,
+    ``YYYY-MM-DDTHH`` in UTC) and last validated within one hour (None: never validated)."""
+
+    type: str
+    confidence: float
+    created_hour: str
+    validated_hour: str | None
+    n: int
+
+
 class MetadataStore(Protocol):
     """The source of truth: memories, entities, the dual-write journal and the audit log.
 
@@ -273,6 +295,12 @@ class MetadataStore(Protocol):
     def count_memories(self, namespace: str | None = None) -> int: ...
 
     def count_by_type(self, namespace: str) -> dict[str, int]: ...
+
+    def memory_counts(self, namespace: str | None) -> list[MemoryCount]: ...
+
+    def review_buckets(self, namespace: str) -> list[ReviewBucket]: ...
+
+    def memories_in_bucket(self, namespace: str, bucket: ReviewBucket) -> list[Memory]: ...
 
     def namespaces(self) -> list[str]: ...
 

@@ -19,14 +19,14 @@ distribution still counts it as stale.
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from ferrex.core.attention import count_attention
 from ferrex.core.memory import Memory, MemoryType
 from ferrex.core.requests import StatsRequest
-from ferrex.core.staleness import STALE, age_days, assess, review_reasons
+from ferrex.core.staleness import age_days
 
 if TYPE_CHECKING:
     from ferrex.core.service import MemoryService
@@ -91,42 +91,32 @@ def stats(service: MemoryService, request: StatsRequest) -> dict[str, Any]:
     namespace = request.namespace or service.namespace
     meta = service.meta
     now = service.now()
-    memories = meta.memories_in_namespace(
-        namespace, order="created_at DESC, id DESC", with_entities=False
-    )
-    current = [m for m in memories if m.t_invalid is None]
-    config = service.settings.staleness
-    levels: Counter[str] = Counter()
-    stale_attention = 0
-    unvalidated = 0
-    for memory in current:
-        freshness = assess(memory, now, config)
-        levels[freshness.staleness] += 1
-        if review_reasons(memory, now, config, freshness):
-            if freshness.staleness == STALE:
-                stale_attention += 1
-            else:
-                unvalidated += 1
+    counts = meta.memory_counts(namespace)
+    total = sum(c.n for c in counts)
+    current_total = sum(c.n for c in counts if c.current)
+    attention = count_attention(meta, namespace, now, service.settings.staleness)
+    levels = attention.levels
     conflict_count = meta.count_contradictions(namespace)
-    recent = sorted(current, key=lambda m: (m.created_at, m.id), reverse=True)[:RECENT]
+    recent = meta.recent_memories(namespace, RECENT)
     needs_attention = {
-        "stale_count": stale_attention,
+        "stale_count": attention.stale,
         "conflict_count": conflict_count,
-        "unvalidated_count": unvalidated,
+        "unvalidated_count": attention.unvalidated,
     }
     warnings = service.warnings(brief=not request.detailed)
     count_tokens = _token_counter(service)
     if not request.detailed:
         brief: dict[str, Any] = {
-            "total": len(memories),
+            "total": total,
             "recent": _recent(recent, now, count_tokens),
             "needs_attention": needs_attention,
         }
         if warnings:
             brief["warnings"] = warnings
         return brief
-    counts = {t.value: 0 for t in MemoryType}
-    counts.update(Counter(m.type.value for m in memories))
+    by_type = {t.value: 0 for t in MemoryType}
+    for count in counts:
+        by_type[count.type] = by_type.get(count.type, 0) + count.n
     storage = service.storage_bytes()
     index_stats = service.index.stats()
     # The model in use, or (while it loads, or when it was refused) the store's pinned model.
@@ -134,17 +124,17 @@ def stats(service: MemoryService, request: StatsRequest) -> dict[str, Any]:
     model = service.embedder.info if usable else None
     detailed: dict[str, Any] = {
         "namespace": namespace,
-        "total": len(memories),
-        "counts": counts,
+        "total": total,
+        "counts": by_type,
         "staleness": {"fresh": levels["fresh"], "aging": levels["aging"], "stale": levels["stale"]},
-        "superseded": len(memories) - len(current),
+        "superseded": total - current_total,
         "conflicts": conflict_count,
         "entities": meta.count_entities(namespace),
         "storage_mb": round(storage / (1024 * 1024), 2),
         "disk_mb": round(service.disk_bytes() / (1024 * 1024), 2),
         "recent": _recent(recent, now, count_tokens),
         "needs_attention": needs_attention,
-        "pinned": sum(1 for m in memories if m.pinned),
+        "pinned": sum(c.n for c in counts if c.pinned),
         "evictions": {
             "total": meta.count_audit(namespace, "evict"),
             "last_at": meta.last_audit_at(namespace, "evict"),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 MIGRATIONS: dict[int, str] = {
     1: """
@@ -109,5 +109,128 @@ MIGRATIONS: dict[int, str] = {
         detail    TEXT
     );
     CREATE INDEX idx_audit_ns_action ON audit (namespace, action, at);
+    """,
+    2: """
+    -- Counters kept on write (by triggers, in the writing transaction) so that stats never
+    -- scans: memories per namespace / type / current / pinned, and the current memories per
+    -- namespace / type / confidence / hour of creation / hour of validation (staleness and
+    -- review depend on those alone; core/attention.py counts them bucket by bucket).
+    CREATE TABLE memory_counts (
+        namespace TEXT NOT NULL,
+        type      TEXT NOT NULL,
+        current   INTEGER NOT NULL,
+        pinned    INTEGER NOT NULL,
+        n         INTEGER NOT NULL,
+        PRIMARY KEY (namespace, type, current, pinned)
+    ) WITHOUT ROWID;
+
+    CREATE TABLE review_buckets (
+        namespace      TEXT NOT NULL,
+        type           TEXT NOT NULL,
+        confidence     REAL NOT NULL,
+        created_hour   TEXT NOT NULL,
+        validated_hour TEXT NOT NULL,
+        n              INTEGER NOT NULL,
+        PRIMARY KEY (namespace, type, confidence, created_hour, validated_hour)
+    ) WITHOUT ROWID;
+
+    CREATE TRIGGER memories_counted_insert AFTER INSERT ON memories BEGIN
+        INSERT INTO memory_counts (namespace, type, current, pinned, n)
+        VALUES (NEW.namespace, NEW.type, NEW.t_invalid IS NULL, NEW.pinned, 1)
+        ON CONFLICT (namespace, type, current, pinned) DO UPDATE SET n = n + 1;
+    END;
+
+    CREATE TRIGGER memories_counted_delete AFTER DELETE ON memories BEGIN
+        UPDATE memory_counts SET n = n - 1 WHERE namespace = OLD.namespace
+            AND type = OLD.type
+            AND current = (OLD.t_invalid IS NULL)
+            AND pinned = OLD.pinned;
+        DELETE FROM memory_counts WHERE n <= 0
+            AND namespace = OLD.namespace
+            AND type = OLD.type
+            AND current = (OLD.t_invalid IS NULL)
+            AND pinned = OLD.pinned;
+    END;
+
+    CREATE TRIGGER memories_counted_update
+    AFTER UPDATE OF t_invalid, pinned, type, namespace ON memories BEGIN
+        UPDATE memory_counts SET n = n - 1 WHERE namespace = OLD.namespace
+            AND type = OLD.type
+            AND current = (OLD.t_invalid IS NULL)
+            AND pinned = OLD.pinned;
+        DELETE FROM memory_counts WHERE n <= 0
+            AND namespace = OLD.namespace
+            AND type = OLD.type
+            AND current = (OLD.t_invalid IS NULL)
+            AND pinned = OLD.pinned;
+        INSERT INTO memory_counts (namespace, type, current, pinned, n)
+        VALUES (NEW.namespace, NEW.type, NEW.t_invalid IS NULL, NEW.pinned, 1)
+        ON CONFLICT (namespace, type, current, pinned) DO UPDATE SET n = n + 1;
+    END;
+
+    CREATE TRIGGER memories_review_insert AFTER INSERT ON memories
+    WHEN NEW.t_invalid IS NULL BEGIN
+        INSERT INTO review_buckets (namespace, type, confidence, created_hour, validated_hour, n)
+        VALUES (NEW.namespace, NEW.type, NEW.confidence, substr(NEW.created_at, 1, 13),
+                coalesce(substr(NEW.last_validated, 1, 13), ''), 1)
+        ON CONFLICT (namespace, type, confidence, created_hour, validated_hour)
+        DO UPDATE SET n = n + 1;
+    END;
+
+    CREATE TRIGGER memories_review_delete AFTER DELETE ON memories
+    WHEN OLD.t_invalid IS NULL BEGIN
+        UPDATE review_buckets SET n = n - 1 WHERE namespace = OLD.namespace
+            AND type = OLD.type
+            AND confidence = OLD.confidence
+            AND created_hour = substr(OLD.created_at, 1, 13)
+            AND validated_hour = coalesce(substr(OLD.last_validated, 1, 13), '');
+        DELETE FROM review_buckets WHERE n <= 0
+            AND namespace = OLD.namespace
+            AND type = OLD.type
+            AND confidence = OLD.confidence
+            AND created_hour = substr(OLD.created_at, 1, 13)
+            AND validated_hour = coalesce(substr(OLD.last_validated, 1, 13), '');
+    END;
+
+    CREATE TRIGGER memories_review_update_old
+    AFTER UPDATE OF t_invalid, last_validated, confidence, created_at, type, namespace ON memories
+    WHEN OLD.t_invalid IS NULL BEGIN
+        UPDATE review_buckets SET n = n - 1 WHERE namespace = OLD.namespace
+            AND type = OLD.type
+            AND confidence = OLD.confidence
+            AND created_hour = substr(OLD.created_at, 1, 13)
+            AND validated_hour = coalesce(substr(OLD.last_validated, 1, 13), '');
+        DELETE FROM review_buckets WHERE n <= 0
+            AND namespace = OLD.namespace
+            AND type = OLD.type
+            AND confidence = OLD.confidence
+            AND created_hour = substr(OLD.created_at, 1, 13)
+            AND validated_hour = coalesce(substr(OLD.last_validated, 1, 13), '');
+    END;
+
+    CREATE TRIGGER memories_review_update_new
+    AFTER UPDATE OF t_invalid, last_validated, confidence, created_at, type, namespace ON memories
+    WHEN NEW.t_invalid IS NULL BEGIN
+        INSERT INTO review_buckets (namespace, type, confidence, created_hour, validated_hour, n)
+        VALUES (NEW.namespace, NEW.type, NEW.confidence, substr(NEW.created_at, 1, 13),
+                coalesce(substr(NEW.last_validated, 1, 13), ''), 1)
+        ON CONFLICT (namespace, type, confidence, created_hour, validated_hour)
+        DO UPDATE SET n = n + 1;
+    END;
+
+    INSERT INTO memory_counts (namespace, type, current, pinned, n)
+    SELECT namespace, type, t_invalid IS NULL, pinned, COUNT(*) FROM memories
+    GROUP BY 1, 2, 3, 4;
+
+    INSERT INTO review_buckets (namespace, type, confidence, created_hour, validated_hour, n)
+    SELECT namespace, type, confidence, substr(created_at, 1, 13),
+           coalesce(substr(last_validated, 1, 13), ''), COUNT(*)
+    FROM memories WHERE t_invalid IS NULL GROUP BY 1, 2, 3, 4, 5;
+
+    -- The contradiction count walks this covering index, never the table.
+    CREATE INDEX idx_memories_current_single_facts
+        ON memories (namespace, subject_entity_id, predicate_canonical, lower(trim(object)))
+        WHERE type = 'semantic' AND t_invalid IS NULL AND multi_valued = 0
+        AND subject_entity_id IS NOT NULL;
     """,
 }

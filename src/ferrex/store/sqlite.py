@@ -19,7 +19,7 @@ import numpy as np
 
 from ferrex.core.clock import from_iso, to_iso
 from ferrex.core.memory import Memory, MemoryType
-from ferrex.core.ports import EntityRow, JournalEntry
+from ferrex.core.ports import EntityRow, JournalEntry, MemoryCount, ReviewBucket
 from ferrex.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 _MEMORY_COLUMNS = (
@@ -76,6 +76,8 @@ class MetadataStore:
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute(f"PRAGMA synchronous={synchronous}")
         self._conn.execute("PRAGMA foreign_keys=ON")
+        # INSERT OR REPLACE deletes the old row: its delete triggers (the counters) must fire.
+        self._conn.execute("PRAGMA recursive_triggers=ON")
         self._conn.execute("PRAGMA busy_timeout=30000")
         self._in_tx = 0
         self._savepoints = 0
@@ -380,6 +382,59 @@ class MetadataStore:
         counts = {t.value: 0 for t in MemoryType}
         counts.update({row["type"]: int(row["n"]) for row in rows})
         return counts
+
+    def memory_counts(self, namespace: str | None) -> list[MemoryCount]:
+        """The write-kept counters: memories per type / current / pinned (no scan)."""
+        sql = "SELECT type, current, pinned, SUM(n) AS n FROM memory_counts"
+        args: list[Any] = []
+        if namespace is not None:
+            sql += " WHERE namespace = ?"
+            args.append(namespace)
+        rows = self._q(sql + " GROUP BY type, current, pinned", args)
+        return [
+            MemoryCount(
+                type=row["type"],
+                current=bool(row["current"]),
+                pinned=bool(row["pinned"]),
+                n=int(row["n"]),
+            )
+            for row in rows
+            if int(row["n"]) > 0
+        ]
+
+    def review_buckets(self, namespace: str) -> list[ReviewBucket]:
+        """Current memories counted per type, confidence, hour of creation and hour of last
+        validation (kept on write): what staleness and review depend on."""
+        rows = self._q(
+            "SELECT type, confidence, created_hour, validated_hour, n FROM review_buckets "
+            "WHERE namespace = ? AND n > 0",
+            (namespace,),
+        )
+        return [
+            ReviewBucket(
+                type=row["type"],
+                confidence=float(row["confidence"]),
+                created_hour=row["created_hour"],
+                validated_hour=row["validated_hour"] or None,
+                n=int(row["n"]),
+            )
+            for row in rows
+        ]
+
+    def memories_in_bucket(self, namespace: str, bucket: ReviewBucket) -> list[Memory]:
+        """The current memories one review bucket counts (through the namespace / type /
+        creation index: an hour of writes at most)."""
+        start = f"{bucket.created_hour}:00:00"
+        end = f"{bucket.created_hour}:59:59.999999Z"
+        validated = bucket.validated_hour or ""
+        return self.memories_in_namespace(
+            namespace,
+            where="type = ? AND created_at >= ? AND created_at <= ? AND t_invalid IS NULL "
+            "AND confidence = ? AND coalesce(substr(last_validated, 1, 13), '') = ?",
+            params=(bucket.type, start, end, bucket.confidence, validated),
+            order="created_at, id",
+            with_entities=False,
+        )
 
     def namespaces(self) -> list[str]:
         return [
@@ -793,6 +848,7 @@ _UPDATABLE = {
 
 
 def _split_sql(script: str) -> list[str]:
+    """Statements of a migration script (trigger bodies hold statements of their own)."""
     statements = []
     buffer: list[str] = []
     for line in script.splitlines():
@@ -800,8 +856,9 @@ def _split_sql(script: str) -> list[str]:
         if stripped.startswith("--"):
             continue
         buffer.append(line)
-        if stripped.endswith(";"):
-            statement = "\n".join(buffer).strip().rstrip(";")
+        text = "\n".join(buffer)
+        if stripped.endswith(";") and sqlite3.complete_statement(text):
+            statement = text.strip().rstrip(";")
             if statement:
                 statements.append(statement)
             buffer = []
