@@ -221,6 +221,7 @@ class MemoryService(IngestMixin, RecallMixin):
         except Exception as exc:  # a background thread: one log line, never a traceback
             log.error("start-up failed", code=errors.INTERNAL, error=repr(exc)[:300])
             return
+        self.index.start_background_work()  # the serving process's index upkeep
         self.reranker.load()
 
     def close(self) -> None:

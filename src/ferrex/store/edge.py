@@ -2,22 +2,36 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import qdrant_edge as q
+import structlog
 
 from ferrex.core.clock import to_iso
 from ferrex.core.indexing import DATETIME_FIELDS, INTEGER_FIELDS, KEYWORD_FIELDS
 from ferrex.core.ports import IndexFilter, IndexHit, IndexPoint, IndexStats, SparseVec, Vector
 from ferrex.core.retrieval import hit_order
 
+log = structlog.get_logger("ferrex.index")
+
 DENSE = "dense"
 SPARSE = "bm25"
 _RETURNED_FIELDS = ["memory_id", "chunk"]
+
+
+# The engine never builds its HNSW index by itself, and optimize() holds the GIL for as long as
+# it runs (minutes at 100k points), so ferrex builds it in a CHILD process on a copy of the shard
+# and swaps the copy in (see BackgroundOptimizer below).
+OPTIMIZE_MIN_UNINDEXED = 20_000  # dense vectors outside an HNSW index before a build starts
+OPTIMIZE_CHECK_SECONDS = 30.0
 
 
 class IndexLockedError(Exception):
@@ -29,11 +43,22 @@ class EdgeIndex:
 
     mode = "embedded"
 
-    def __init__(self, path: Path, *, reason: str = "") -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        reason: str = "",
+        optimize_min_unindexed: int = OPTIMIZE_MIN_UNINDEXED,
+    ) -> None:
         self.path = path
         self.reason = reason
         self._shard: q.EdgeShard | None = None
         self._lock = threading.RLock()
+        # Update operations applied while a background build works on a copy: replayed onto
+        # the copy before it replaces the live shard (None: no build under way).
+        self._pending: list[q.UpdateOperation] | None = None
+        self.optimizer = BackgroundOptimizer(self, optimize_min_unindexed)
+        _recover_swap(path)
         if (path / "edge_config.json").exists() or _has_segments(path):
             self._shard = self._load(path)
 
@@ -102,26 +127,28 @@ class EdgeIndex:
             )
             for p in points
         ]
-        with self._lock:
-            self.shard.update(q.UpdateOperation.upsert_points(edge_points))
+        self._apply(q.UpdateOperation.upsert_points(edge_points))
 
     def delete_memories(self, memory_ids: Sequence[str]) -> None:
         if not memory_ids or self._shard is None:
             return
         flt = q.Filter(must=[q.FieldCondition("memory_id", match=q.MatchAny(list(memory_ids)))])
-        with self._lock:
-            self.shard.update(q.UpdateOperation.delete_points_by_filter(flt))
+        self._apply(q.UpdateOperation.delete_points_by_filter(flt))
 
     def delete_points(self, point_ids: Sequence[str]) -> None:
         if not point_ids or self._shard is None:
             return
-        with self._lock:
-            self.shard.update(q.UpdateOperation.delete_points(list(point_ids)))
+        self._apply(q.UpdateOperation.delete_points(list(point_ids)))
 
     def set_payload(self, memory_id: str, payload: dict[str, Any]) -> None:
         flt = q.Filter(must=[q.FieldCondition("memory_id", match=q.MatchValue(memory_id))])
+        self._apply(q.UpdateOperation.set_payload_by_filter(flt, payload))
+
+    def _apply(self, operation: q.UpdateOperation) -> None:
         with self._lock:
-            self.shard.update(q.UpdateOperation.set_payload_by_filter(flt, payload))
+            self.shard.update(operation)
+            if self._pending is not None:
+                self._pending.append(operation)
 
     # ------------------------------------------------------------------ reads
 
@@ -156,9 +183,9 @@ class EdgeIndex:
                     with_payload=_RETURNED_FIELDS,
                 )
             )
-        results = [
-            _hits(points) for points in self.shard.query_batch(q.QueryBatchRequest(requests))
-        ]
+        with self._lock:
+            batch = self.shard.query_batch(q.QueryBatchRequest(requests))
+        results = [_hits(points) for points in batch]
         return results[0], results[1] if len(results) > 1 else []
 
     def dense_search(
@@ -173,7 +200,9 @@ class EdgeIndex:
             params=q.SearchParams(hnsw_ef=hnsw_ef),
             with_payload=_RETURNED_FIELDS,
         )
-        return _hits(self.shard.query(request))
+        with self._lock:
+            points = self.shard.query(request)
+        return _hits(points)
 
     def sparse_search(self, sparse: SparseVec, flt: IndexFilter, limit: int) -> list[IndexHit]:
         if self._shard is None or not sparse:
@@ -185,7 +214,9 @@ class EdgeIndex:
             params=q.SearchParams(idf=q.IdfParams(corpus=_namespace_filter(flt))),
             with_payload=_RETURNED_FIELDS,
         )
-        return _hits(self.shard.query(request))
+        with self._lock:
+            points = self.shard.query(request)
+        return _hits(points)
 
     def points_by_memory(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
@@ -198,9 +229,10 @@ class EdgeIndex:
             return
         offset: Any = None
         while True:
-            records, offset = self.shard.scroll(
-                q.ScrollRequest(offset=offset, limit=1000, with_payload=list(fields))
-            )
+            with self._lock:
+                records, offset = self.shard.scroll(
+                    q.ScrollRequest(offset=offset, limit=1000, with_payload=list(fields))
+                )
             for record in records:
                 yield str(record.id), dict(record.payload or {})
             if offset is None or not records:
@@ -211,7 +243,8 @@ class EdgeIndex:
             return IndexStats(
                 mode=self.mode, points=0, details={"initialised": False}, reason=self.reason
             )
-        info = self.shard.info()
+        with self._lock:
+            info = self.shard.info()
         return IndexStats(
             mode=self.mode,
             points=int(info.points_count),
@@ -219,11 +252,13 @@ class EdgeIndex:
                 "segments": int(info.segments_count),
                 "indexed_vectors": int(info.indexed_vectors_count),
                 "payload_indexes": sorted(info.payload_schema.keys()),
+                "background_index": self.optimizer.status(),
             },
             reason=self.reason,
         )
 
     def reset(self, dimension: int) -> None:
+        self.optimizer.cancel()
         with self._lock:
             if self._shard is not None:
                 self._shard.close()
@@ -231,6 +266,10 @@ class EdgeIndex:
             if self.path.exists():
                 shutil.rmtree(self.path)
             self.ensure_collection(dimension)
+
+    def start_background_work(self) -> None:
+        """Build the dense HNSW index in a child process whenever enough vectors lack it."""
+        self.optimizer.start()
 
     def optimize(self) -> bool:
         if self._shard is None:
@@ -250,6 +289,7 @@ class EdgeIndex:
                 self._shard.flush()
 
     def close(self) -> None:
+        self.optimizer.cancel()
         with self._lock:
             if self._shard is not None:
                 try:
@@ -257,6 +297,190 @@ class EdgeIndex:
                 finally:
                     self._shard.close()
                     self._shard = None
+
+
+    # ------------------------------------------------------------------ background index
+
+    def unindexed_vectors(self) -> int:
+        """Dense vectors not in an HNSW graph yet (searched by brute force). The engine counts
+        every point's sparse vector as indexed, and a dense one once its graph exists."""
+        if self._shard is None:
+            return 0
+        with self._lock:
+            info = self.shard.info()
+        return max(0, 2 * int(info.points_count) - int(info.indexed_vectors_count))
+
+    def snapshot_for_build(self, target: Path) -> None:
+        """Copy the shard's files to ``target`` and start recording updates for the swap."""
+        with self._lock:
+            self.shard.flush()
+            shutil.copytree(self.path, target)
+            self._pending = []
+
+    def swap_in(self, built: Path) -> int:
+        """Replace the live shard with the optimized copy at ``built``, after replaying onto it
+        every update applied since the copy was taken. Returns the updates replayed."""
+        staged = q.EdgeShard.load(str(built))
+        replayed = 0
+        try:
+            while True:  # replay what is there without the lock; the tail under it
+                with self._lock:
+                    assert self._pending is not None
+                    batch = self._pending[replayed:]
+                    if len(batch) <= 64:
+                        for operation in batch:
+                            staged.update(operation)
+                        replayed += len(batch)
+                        staged.flush()
+                        staged.close()
+                        self._replace_live(built)
+                        return replayed
+                for operation in batch:
+                    staged.update(operation)
+                replayed += len(batch)
+        except BaseException:
+            with self._lock:
+                self._pending = None
+            raise
+
+    def _replace_live(self, built: Path) -> None:
+        """Under the lock: close the live shard, move the built copy in its place, load it."""
+        old = _old_path(self.path)
+        if self._shard is not None:
+            self._shard.flush()
+            self._shard.close()
+            self._shard = None
+        self._pending = None
+        try:
+            os.rename(self.path, old)
+            os.rename(built, self.path)
+        finally:
+            _recover_swap(self.path)
+            self._shard = self._load(self.path)
+        shutil.rmtree(old, ignore_errors=True)
+
+    def abandon_build(self) -> None:
+        with self._lock:
+            self._pending = None
+
+
+class BackgroundOptimizer:
+    """Builds the dense HNSW index off the request path.
+
+    When at least ``min_unindexed`` dense vectors are outside an HNSW graph, the shard's files
+    are copied (under the index lock, after a flush: about a second at 100k points) and a child
+    process (lowest CPU priority) loads the copy and runs ``optimize()`` there: the engine holds
+    ITS GIL for minutes, never ours, so tool calls and protocol pings keep flowing. Updates
+    applied meanwhile are recorded, replayed onto the copy, and the copy replaces the live shard
+    under the lock (a directory rename; a crash in between leaves the live shard, see
+    ``_recover_swap``). ``min_unindexed`` 0 disables it.
+    """
+
+    def __init__(self, index: EdgeIndex, min_unindexed: int) -> None:
+        self.index = index
+        self.min_unindexed = min_unindexed
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._child: subprocess.Popen[bytes] | None = None
+        self.builds = 0
+        self.last_build_seconds: float | None = None
+        self.last_error: str | None = None
+        self.building = False
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "enabled": self.min_unindexed > 0,
+            "building": self.building,
+            "builds": self.builds,
+            "last_build_seconds": self.last_build_seconds,
+            "last_error": self.last_error,
+        }
+
+    def start(self, check_seconds: float = OPTIMIZE_CHECK_SECONDS) -> None:
+        if self.min_unindexed <= 0 or self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self._run, args=(check_seconds,), name="ferrex-index", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, check_seconds: float) -> None:
+        while not self._stop.wait(check_seconds):
+            try:
+                if self.index.unindexed_vectors() >= self.min_unindexed:
+                    self.build()
+            except Exception as exc:  # a background thread: one log line, keep serving
+                self.last_error = str(exc)[:200]
+                log.warning("background index build failed", error=self.last_error)
+
+    def build(self) -> bool:
+        """One build, now, in the calling thread (the child does the work). False: cancelled."""
+        target = self.index.path.parent / f"{self.index.path.name}.building"
+        shutil.rmtree(target, ignore_errors=True)
+        started = time.monotonic()
+        self.building = True
+        try:
+            self.index.snapshot_for_build(target)
+            code = (
+                "import os, sys, qdrant_edge as q; os.nice(19); "
+                "s = q.EdgeShard.load(sys.argv[1]); s.optimize(); s.flush(); s.close()"
+            )
+            self._child = subprocess.Popen(
+                [sys.executable, "-c", code, str(target)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
+            _, stderr = self._child.communicate()
+            status = self._child.returncode
+            self._child = None
+            if self._stop.is_set():
+                self.index.abandon_build()
+                return False
+            if status != 0:
+                raise RuntimeError(
+                    f"index build exited {status}: {stderr.decode(errors='replace')[-200:]}"
+                )
+            replayed = self.index.swap_in(target)
+            self.builds += 1
+            self.last_build_seconds = round(time.monotonic() - started, 1)
+            self.last_error = None
+            log.info(
+                "dense HNSW index built in the background",
+                seconds=self.last_build_seconds,
+                replayed=replayed,
+            )
+            return True
+        except BaseException:
+            self.index.abandon_build()
+            raise
+        finally:
+            self.building = False
+            shutil.rmtree(target, ignore_errors=True)
+
+    def cancel(self) -> None:
+        self._stop.set()
+        child = self._child
+        if child is not None and child.poll() is None:
+            child.kill()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=30)
+        self._thread = None
+
+
+def _old_path(path: Path) -> Path:
+    return path.parent / f"{path.name}.replaced"
+
+
+def _recover_swap(path: Path) -> None:
+    """A crash between the two renames of a swap leaves no live shard but the replaced one:
+    put it back (the built copy is discarded; the next build starts again)."""
+    old = _old_path(path)
+    if not path.exists() and old.exists():
+        os.rename(old, path)
+    shutil.rmtree(path.parent / f"{path.name}.building", ignore_errors=True)
 
 
 def _has_segments(path: Path) -> bool:

@@ -311,6 +311,9 @@ class QdrantIndex:
     def optimize(self) -> bool:
         return False  # a Qdrant server optimizes by itself
 
+    def start_background_work(self) -> None:
+        return None  # likewise: nothing to build on the client side
+
     def size_bytes(self) -> int:
         return 0  # not measurable from the client side
 
