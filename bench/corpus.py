@@ -13,6 +13,7 @@ Queries are LoCoMo questions and SciFact claims: text the memories do not contai
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-EVAL = ROOT.parent / "shared" / "eval"
+EVAL = Path(os.environ.get("FERREX_BENCH_EVAL", ROOT.parent / "shared" / "eval"))
 LOCOMO = EVAL / "locomo-dev" / "locomo-dev.json"
 SCIFACT = EVAL / "scifact-dev" / "corpus.jsonl"
 SCIFACT_QUERIES = EVAL / "scifact-dev" / "queries.jsonl"

@@ -110,6 +110,7 @@ def ferrex_params(data_dir: Path, tier: str) -> StdioServerParameters:
         "FERREX_OFFLINE": "1",
         "FERREX_LOG": "error",
         "FERREX_CACHE__ENABLED": "false",
+        "PYTHONPATH": str(ROOT / "src"),  # the code of this checkout, whatever is installed
     }
     return StdioServerParameters(
         command=str(command), args=["--model-tier", tier, "--no-rerank"], env=env
@@ -143,26 +144,48 @@ async def sdk_floor(round_trips: int, spawns: int) -> dict[str, Any]:
 
 
 async def mcp_recall(
-    data_dir: Path, tier: str, texts: list[str], spawns: int, ping_during: bool = False
+    data_dir: Path, tier: str, texts: list[str], spawns: int, service: MemoryService
 ) -> dict[str, Any]:
-    """Recall through a real MCP stdio client; spawn to first tools/list; RSS of the server."""
+    """Recall through a real MCP stdio client, interleaved query by query with its floors (one
+    SDK round trip of the minimal server, the query embedding, the raw engine query on the
+    in-process copy) and the in-process recall, so the machine's load hits all alike."""
     params = ferrex_params(data_dir, tier)
     spawn = [await spawn_to_list(params) for _ in range(spawns)]
     out: dict[str, Any] = {"spawn_to_list": summary(spawn)}
-    async with Client(params, mode="legacy") as client:
+    shard = service.index.shard  # type: ignore[attr-defined]
+    async with Client(params, mode="legacy") as client, Client(
+        minimal_params(), mode="legacy"
+    ) as minimal:
         start = time.perf_counter()
         await client.call_tool("stats", {})  # waits for the model and the store
         out["first_stats_s"] = round(time.perf_counter() - start, 3)
         for text in texts[:10]:
             await client.call_tool("recall", {"query": text + " warm", "limit": 10})
-        samples = []
+            await minimal.call_tool("echo", {"text": text})
+        samples: dict[str, list[float]] = {
+            k: [] for k in ("mcp", "sdk", "in_process", "embed_query", "engine")
+        }
         for text in texts:
             start = time.perf_counter()
             result = await client.call_tool("recall", {"query": text, "limit": 10})
-            samples.append(time.perf_counter() - start)
+            samples["mcp"].append(time.perf_counter() - start)
             if result.is_error:
                 raise RuntimeError(f"recall failed: {result.content}")
-        out["recall"] = summary(samples)
+            start = time.perf_counter()
+            await minimal.call_tool("echo", {"text": text})
+            samples["sdk"].append(time.perf_counter() - start)
+            start = time.perf_counter()
+            service.recall({"query": text, "limit": 10})
+            samples["in_process"].append(time.perf_counter() - start)
+            start = time.perf_counter()
+            dense = service.embedder.embed_query(text)
+            samples["embed_query"].append(time.perf_counter() - start)
+            request = engine_request(service, dense, service.sparse.encode_query(text))
+            start = time.perf_counter()
+            shard.query_batch(request)
+            samples["engine"].append(time.perf_counter() - start)
+        out["interleaved"] = {k: summary(v) for k, v in samples.items()}
+        out["recall"] = out["interleaved"]["mcp"]
         store_samples = []
         for item in islice(memories(seed=1234, fresh=True), 30):
             start = time.perf_counter()
@@ -296,13 +319,14 @@ def run_size(
     size: int, cached: Path, tier: str, texts: list[str], mcp_texts: list[str], spawns: int
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="ferrex-bench-") as tmp:
-        data = copy_store(cached, Path(tmp))
-        service = open_service(data, tier)
+        mine = copy_store(cached, Path(tmp) / "in-process")
+        served = copy_store(cached, Path(tmp) / "served")
+        service = open_service(mine, tier)
         try:
             row = in_process(service, texts, size)
+            row["mcp"] = asyncio.run(mcp_recall(served, tier, mcp_texts, spawns, service))
         finally:
             service.close()
-        row["mcp"] = asyncio.run(mcp_recall(data, tier, mcp_texts, spawns))
     row["size"] = size
     row["bulk_import"] = build_info(cached)
     return row
@@ -333,6 +357,8 @@ def table(floors: dict[str, Any], rows: list[dict[str, Any]], model_mb: float) -
         en = row["engine_query"]["p50"]
         rc = row["recall"]
         mc = row["mcp"]["recall"]
+        inter = row["mcp"]["interleaved"]
+        mcp_floor = inter["embed_query"]["p50"] + inter["engine"]["p50"] + inter["sdk"]["p50"]
         st = row["store"]
         doc = row["embed_document"]["p50"]
         bulk = row["bulk_import"]["per_second"]
@@ -345,12 +371,31 @@ def table(floors: dict[str, Any], rows: list[dict[str, Any]], model_mb: float) -
             f"| {rc['p50']:.1f} / {rc['p95']:.1f} / {rc['p99']:.1f} ms "
             f"| {ratio(rc['p50'], eq + en)} "
             f"| {mc['p50']:.1f} / {mc['p95']:.1f} / {mc['p99']:.1f} ms "
-            f"| {ratio(mc['p50'], eq + en + sdk_rt)} "
+            f"| {ratio(mc['p50'], mcp_floor)} "
             f"| {st['p50']:.1f} / {st['p95']:.1f} ms | {ratio(st['p50'], doc)} "
             f"| {bulk:.0f} | {bulk / raw:.2f}× "
             f"| {row['stats_brief']['p50']:.1f} / {row['stats_detailed']['p50']:.0f} ms "
             f"| {spawn:.0f} ms | {ratio(spawn, sdk_spawn)} "
             f"| {rss:.0f} MB | {ratio(rss, floor_rss)} |"
+        )
+    lines += [
+        "",
+        "MCP path, interleaved query by query (p50 ms): ferrex recall through a real stdio client, "
+        "one SDK round trip of the minimal server, ferrex in-process, the query embedding, the "
+        "raw engine query.",
+        "",
+        "| memories | MCP recall | SDK trip | in-process | embed q | engine q "
+        "| MCP − in-process | MCP ÷ (embed+engine+SDK) | in-process ÷ (embed+engine) |",
+        "|" + "---|" * 9,
+    ]
+    for row in rows:
+        i = row["mcp"]["interleaved"]
+        p = {k: v["p50"] for k, v in i.items()}
+        lines.append(
+            f"| {row['size']:,} | {p['mcp']:.2f} | {p['sdk']:.2f} | {p['in_process']:.2f} "
+            f"| {p['embed_query']:.2f} | {p['engine']:.2f} | {p['mcp'] - p['in_process']:.2f} "
+            f"| {ratio(p['mcp'], p['embed_query'] + p['engine'] + p['sdk'])} "
+            f"| {ratio(p['in_process'], p['embed_query'] + p['engine'])} |"
         )
     if len(rows) > 1:
         first, last = rows[0], rows[-1]

@@ -138,7 +138,7 @@ def cached_stores(
 
 
 def composed_store(
-    size: int, base: Path, seed: int, tier: str, *, sentences: int = 3000
+    size: int, base: Path, seed: int, tier: str, *, sentences: int = 1500
 ) -> Path:
     """A store of ``size`` memories grown from the cached ``base`` store with memories whose
     vectors are COMPOSED, not embedded: each is two real SciFact sentences of two different
@@ -149,10 +149,9 @@ def composed_store(
     root = cache_root() / f"store-{size}-s{seed}-{tier}-c{CORPUS_VERSION}-composed"
     if (root / "build.json").exists():
         return root
-    if root.exists():
-        shutil.rmtree(root)
-    root.mkdir(parents=True)
-    shutil.copytree(base / "data", root / "data")
+    if not (root / "data").exists():  # else: resume an interrupted build
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(base / "data", root / "data")
     import random
 
     import numpy as np
@@ -173,8 +172,18 @@ def composed_store(
     service = open_service(root / "data", tier)
     real_embed = service.embedder.embed_documents
     start = time.perf_counter()
-    vectors = real_embed(texts)
+    saved = root / f"sentences-{sentences}.npy"
+    if saved.exists():
+        vectors = list(np.load(saved))
+    else:
+        vectors = real_embed(texts)
+        np.save(saved, np.stack(vectors))
     embed_seconds = time.perf_counter() - start
+    # Each composed text is a pair of sentences of two different papers, never seen before
+    # (``used``), so the dedup search (brute force over the growing unindexed store: the build's
+    # whole cost otherwise) can only answer "no duplicate": skip it for these.
+    service._find_duplicate = lambda *args, **kwargs: None  # type: ignore[method-assign]
+    used: set[tuple[int, int]] = set()
     composed: dict[str, Any] = {}
 
     def embed_documents(batch: Any) -> list[Any]:
@@ -192,8 +201,9 @@ def composed_store(
             batch = []
             for _ in range(min(BATCH, size - have - stored)):
                 a, b = rng.sample(range(len(texts)), 2)
-                if papers[a] == papers[b]:
+                if papers[a] == papers[b] or (a, b) in used:
                     continue
+                used.add((a, b))
                 text = f"{texts[a]} {texts[b]}"
                 vector = vectors[a] + vectors[b]
                 composed[text] = vector / float(np.linalg.norm(vector))

