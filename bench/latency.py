@@ -45,7 +45,13 @@ from mcp import Client, StdioServerParameters  # noqa: E402
 from corpus import memories, queries  # noqa: E402
 from ferrex.core.service import MemoryService  # noqa: E402
 from ferrex.logs import configure  # noqa: E402
-from stores import build_info, cached_stores, copy_store, open_service  # noqa: E402
+from stores import (  # noqa: E402
+    build_info,
+    cached_stores,
+    composed_store,
+    copy_store,
+    open_service,
+)
 
 MINIMAL_SERVER = BENCH / "minimal_server.py"
 
@@ -102,15 +108,20 @@ def children_of(pid: int) -> list[int]:
 # --------------------------------------------------------------------------- MCP helpers
 
 
-def ferrex_params(data_dir: Path, tier: str) -> StdioServerParameters:
+def ferrex_params(
+    data_dir: Path, tier: str, extra: dict[str, str] | None = None
+) -> StdioServerParameters:
     command = Path(sys.executable).with_name("ferrex")
     env = {
+        # The background HNSW build is measured on its own (--hnsw): off for the size table.
+        "FERREX_RETRIEVAL__HNSW_BUILD_MIN_UNINDEXED": "0",
         **{k: v for k, v in os.environ.items() if not k.startswith("FERREX_")},
         "FERREX_HOME": str(data_dir),
         "FERREX_OFFLINE": "1",
         "FERREX_LOG": "error",
         "FERREX_CACHE__ENABLED": "false",
         "PYTHONPATH": str(ROOT / "src"),  # the code of this checkout, whatever is installed
+        **(extra or {}),
     }
     return StdioServerParameters(
         command=str(command), args=["--model-tier", tier, "--no-rerank"], env=env
@@ -332,6 +343,69 @@ def run_size(
     return row
 
 
+# --------------------------------------------------------------------------- HNSW phase
+
+
+async def timed_recalls(client: Client, texts: list[str]) -> list[float]:
+    out = []
+    for text in texts:
+        start = time.perf_counter()
+        await client.call_tool("recall", {"query": text, "limit": 10})
+        out.append(time.perf_counter() - start)
+    return out
+
+
+async def background_index(
+    cached: Path, tier: str, texts: list[str], check_seconds: float, timeout: float
+) -> dict[str, Any]:
+    """At the largest size: recall before the HNSW index exists, the longest stall any call saw
+    while the background build ran (recalls and pings back to back), and recall after it."""
+    with tempfile.TemporaryDirectory(prefix="ferrex-hnsw-") as tmp:
+        data = copy_store(cached, Path(tmp))
+        extra = {"FERREX_RETRIEVAL__HNSW_BUILD_MIN_UNINDEXED": "20000"}
+        params = ferrex_params(data, tier, extra)
+        out: dict[str, Any] = {}
+        async with Client(params, mode="legacy") as client:
+            detailed = await client.call_tool("stats", {"detailed": True})
+            out["index_before"] = (detailed.structured_content or {}).get("index")
+            building = data.parent / "index.building"
+            started = time.perf_counter()
+            before = await timed_recalls(client, texts)
+            out["recall_before"] = summary(before)
+            # The build starts within one check interval of start-up: record every call until
+            # the swap is done (the copy gone and a build counted).
+            stalls: list[float] = []
+            pings: list[float] = []
+            saw_build = False
+            i = 0
+            while time.perf_counter() - started < timeout:
+                text = texts[i % len(texts)]
+                i += 1
+                start = time.perf_counter()
+                await client.call_tool("recall", {"query": text, "limit": 10})
+                stalls.append(time.perf_counter() - start)
+                start = time.perf_counter()
+                await client.send_ping()
+                pings.append(time.perf_counter() - start)
+                if building.exists():
+                    saw_build = True
+                elif saw_build or i % 20 == 0:
+                    answer = await client.call_tool("stats", {"detailed": True})
+                    index = (answer.structured_content or {}).get("index", {})
+                    if (index.get("background_index") or {}).get("builds", 0) >= 1:
+                        out["index_after"] = index
+                        break
+            out["build_seconds_total"] = round(time.perf_counter() - started, 1)
+            out["during_build"] = {
+                "recall": summary(stalls) if stalls else None,
+                "ping": summary(pings) if pings else None,
+                "longest_stall_ms": round(max(stalls + pings) * 1000, 1) if stalls else None,
+            }
+            after = await timed_recalls(client, texts)
+            out["recall_after"] = summary(after)
+    return out
+
+
 # --------------------------------------------------------------------------- table
 
 
@@ -408,6 +482,35 @@ def table(floors: dict[str, Any], rows: list[dict[str, Any]], model_mb: float) -
     return "\n".join(lines)
 
 
+def hnsw_table(size: int, h: dict[str, Any]) -> str:
+    b, a, d = h["recall_before"], h["recall_after"], h["during_build"]
+    lines = [
+        f"Background HNSW build at {size:,} memories (MCP recall, p50 / p95 / p99 ms):",
+        "",
+        "| phase | recall p50 / p95 / p99 | longest call |",
+        "|---|---|---|",
+        f"| before (brute force) | {b['p50']:.1f} / {b['p95']:.1f} / {b['p99']:.1f} "
+        f"| {b['max']:.0f} ms |",
+    ]
+    if d["recall"]:
+        r = d["recall"]
+        lines.append(
+            f"| during the build ({r['n']} recalls + pings) | {r['p50']:.1f} / {r['p95']:.1f} / "
+            f"{r['p99']:.1f} | {d['longest_stall_ms']:.0f} ms |"
+        )
+    lines.append(
+        f"| after (HNSW) | {a['p50']:.1f} / {a['p95']:.1f} / {a['p99']:.1f} | {a['max']:.0f} ms |"
+    )
+    after = h.get("index_after") or {}
+    build = after.get("background_index") or {}
+    lines.append("")
+    lines.append(
+        f"Build: {build.get('last_build_seconds')} s in the child process "
+        f"(start-up to swap {h['build_seconds_total']} s)."
+    )
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -419,10 +522,30 @@ def main() -> int:
     parser.add_argument("--model-tier", default="small")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--label", default="")
+    parser.add_argument(
+        "--hnsw",
+        action="store_true",
+        help="at the largest size, also measure recall before / during / after the background "
+        "HNSW build (stalls included)",
+    )
+    parser.add_argument("--hnsw-timeout", type=float, default=1800.0)
+    parser.add_argument(
+        "--composed",
+        type=int,
+        default=0,
+        metavar="N",
+        help="add an N-memory store grown from the largest size with composed vectors "
+        "(bench/stores.py)",
+    )
     args = parser.parse_args()
     configure("error")
     started = time.perf_counter()
     cached = cached_stores(args.sizes, args.seed, args.model_tier)
+    if args.composed:
+        cached[args.composed] = composed_store(
+            args.composed, cached[max(args.sizes)], args.seed, args.model_tier
+        )
+        args.sizes = [*args.sizes, args.composed]
     texts = queries(args.queries)
     mcp_texts = queries(args.mcp_queries, seed=12)
     floors = asyncio.run(sdk_floor(200, args.spawns))
@@ -432,6 +555,13 @@ def main() -> int:
         rows.append(run_size(size, cached[size], args.model_tier, texts, mcp_texts, args.spawns))
         print(f"  {size} done ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
     rendered = table(floors, rows, model_mb)
+    hnsw = None
+    if args.hnsw:
+        largest = max(args.sizes)
+        hnsw = asyncio.run(
+            background_index(cached[largest], args.model_tier, mcp_texts, 30, args.hnsw_timeout)
+        )
+        rendered += "\n\n" + hnsw_table(largest, hnsw)
     print(rendered)
     out_dir = BENCH / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -453,6 +583,7 @@ def main() -> int:
         "floors": floors,
         "model_rss_mb": model_mb,
         "rows": rows,
+        "hnsw": hnsw,
         "table": rendered,
         "seconds": round(time.perf_counter() - started, 1),
     }

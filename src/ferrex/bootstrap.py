@@ -234,7 +234,11 @@ def open_index(
         return QdrantIndex(client, mode="external", reason=choice.reason)
     if choice.mode == "sidecar":
         return open_sidecar_index(settings, choice.binary, choice.reason)
-    return EdgeIndex(settings.index_path, reason=choice.reason)
+    return EdgeIndex(
+        settings.index_path,
+        reason=choice.reason,
+        optimize_min_unindexed=settings.retrieval.hnsw_build_min_unindexed,
+    )
 
 
 def build_service(

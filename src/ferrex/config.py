@@ -151,6 +151,9 @@ class RetrievalConfig(_Section):
     # BM25 hits below this fraction of the query's best BM25 score are not fused (0 disables).
     bm25_relative_floor: float = Field(default=0.2, ge=0, lt=1)
     hnsw_ef: int = Field(default=128, ge=4, le=4096)
+    # Embedded engine: build the dense HNSW index in a background process once this many
+    # vectors lack it (0: never; brute-force search, exact, slower past ~20k memories).
+    hnsw_build_min_unindexed: int = Field(default=20_000, ge=0)
 
 
 class DedupConfig(_Section):

@@ -160,6 +160,11 @@ def stats(service: MemoryService, request: StatsRequest) -> dict[str, Any]:
                 if "sidecar" in index_stats.details
                 else {}
             ),
+            **(
+                {"background_index": index_stats.details["background_index"]}
+                if "background_index" in index_stats.details
+                else {}
+            ),
         },
         "cache": service.cache.stats(),
         "journal_backlog": meta.journal_backlog(),
