@@ -303,14 +303,11 @@ def in_process(service: MemoryService, texts: list[str], size: int) -> dict[str,
 def model_rss_mb(tier: str) -> float:
     """RSS of a bare Python process holding only the embedding model (after one embedding)."""
     code = (
-        "import sys, tempfile, pathlib; sys.path.insert(0, sys.argv[1]);"
+        "import sys, pathlib; sys.path.insert(0, sys.argv[1]);"
         "from ferrex.embed.embedder import FastEmbedEmbedder;"
-        "from ferrex.config import load_settings;"
-        "s, _ = load_settings(cli={'data_dir': sys.argv[2], 'model_tier': sys.argv[3],"
-        " 'offline': True}, environ={});"
-        "from ferrex.bootstrap import build_service, Options;"
-        "svc = build_service(s, Options(explicit_model_tier=True));"
-        "svc.embedder.embed_documents(['warm up the model once']);"
+        "e = FastEmbedEmbedder(sys.argv[3], pathlib.Path(sys.argv[2]), offline=True,"
+        " allow_bundled=True, prefer_bundled=True); e.load();"
+        "e.embed_documents(['warm up the model once']);"
         "print([l for l in open('/proc/self/status') if l.startswith('VmRSS')][0].split()[1])"
     )
     with tempfile.TemporaryDirectory() as tmp:
@@ -530,6 +527,9 @@ def main() -> int:
     )
     parser.add_argument("--hnsw-timeout", type=float, default=1800.0)
     parser.add_argument(
+        "--only-composed", action="store_true", help="measure the composed store alone"
+    )
+    parser.add_argument(
         "--composed",
         type=int,
         default=0,
@@ -545,7 +545,7 @@ def main() -> int:
         cached[args.composed] = composed_store(
             args.composed, cached[max(args.sizes)], args.seed, args.model_tier
         )
-        args.sizes = [*args.sizes, args.composed]
+        args.sizes = [args.composed] if args.only_composed else [*args.sizes, args.composed]
     texts = queries(args.queries)
     mcp_texts = queries(args.mcp_queries, seed=12)
     floors = asyncio.run(sdk_floor(200, args.spawns))

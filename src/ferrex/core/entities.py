@@ -34,6 +34,11 @@ def same_entity_name(a: str, b: str) -> bool:
     return normalize_entity(a) == normalize_entity(b)
 
 
+def display_name(name: str) -> str:
+    """The name as shown and embedded: inner whitespace collapsed."""
+    return " ".join(name.split())
+
+
 @dataclass(frozen=True)
 class EntityResolution:
     name: str
@@ -136,6 +141,20 @@ class EntityResolver:
 
     # ------------------------------------------------------------------ pipeline
 
+    def names_to_embed(self, namespace: str, names: Sequence[str]) -> list[str]:
+        """The display forms of ``names`` that no exact or fuzzy match resolves now: the
+        names whose resolution will compare embeddings (store embeds them with its document,
+        before the write transaction)."""
+        out = []
+        for name in names:
+            normalized = normalize_entity(name)
+            if not normalized or self.store.entity_by_name(namespace, normalized) is not None:
+                continue
+            if self.fuzzy_match(namespace, normalized) is not None:
+                continue
+            out.append(display_name(name))
+        return out
+
     def resolve(
         self,
         namespace: str,
@@ -147,7 +166,7 @@ class EntityResolver:
     ) -> EntityResolution:
         """Resolve one name; with ``create`` a miss creates the entity (and aliases/candidates)."""
         normalized = normalize_entity(name)
-        display = " ".join(name.split())
+        display = display_name(name)
         if not normalized:
             return EntityResolution(name, normalized, None, "unresolved", 0.0)
         exact = self.store.entity_by_name(namespace, normalized)

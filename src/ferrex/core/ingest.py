@@ -16,7 +16,7 @@ from ferrex.core import errors
 from ferrex.core.chunking import Chunk, plan_chunks, step_prefix
 from ferrex.core.clock import to_iso
 from ferrex.core.dedup import Duplicate, find_duplicate
-from ferrex.core.entities import EntityResolution, same_entity_name
+from ferrex.core.entities import EntityResolution, display_name, same_entity_name
 from ferrex.core.errors import FerrexError
 from ferrex.core.ids import new_memory_id
 from ferrex.core.memory import Memory, MemoryType, detect_type, embed_text
@@ -61,6 +61,9 @@ class _Prepared:
     entity_names: list[str]
     subject_name: str | None = None
     outcome: dict[str, Any] = field(default_factory=dict)
+    # Name embeddings computed with the document's batch (before the write transaction), for
+    # the names no exact or fuzzy match resolves: no model runs inside a transaction.
+    name_vectors: dict[str, Vector] = field(default_factory=dict)
 
 
 class IngestMixin(ServiceState):
@@ -125,15 +128,26 @@ class IngestMixin(ServiceState):
             except FerrexError as exc:
                 drafts.append({"error": exc.to_dict()})
         texts: list[str] = []
+        names: dict[str, list[_Prepared]] = {}
         for draft in drafts:
             if isinstance(draft, _Prepared):
                 texts.extend(chunk.text for chunk in draft.chunks)
-        vectors = self.embedder.embed_documents(texts) if texts else []
+                for name in self.entities.names_to_embed(
+                    draft.memory.namespace, draft.entity_names
+                ):
+                    names.setdefault(name, []).append(draft)
+        # One model call for the documents and the entity names they introduce.
+        wanted = [*texts, *names]
+        vectors = self.embedder.embed_documents(wanted) if wanted else []
         cursor = 0
         for draft in drafts:
             if isinstance(draft, _Prepared):
                 draft.vectors = vectors[cursor : cursor + len(draft.chunks)]
                 cursor += len(draft.chunks)
+        for name, owners in names.items():
+            for owner in owners:
+                owner.name_vectors[name] = vectors[cursor]
+            cursor += 1
         return drafts
 
     def _draft(self, request: StoreRequest, now: datetime) -> _Prepared:
@@ -367,7 +381,7 @@ class IngestMixin(ServiceState):
                     id=request.supersedes,
                 )
             self._check_supersede_target(memory, superseded_target)
-        resolutions = self._resolve_entities(namespace, item.entity_names, now)
+        resolutions = self._resolve_entities(namespace, item.entity_names, now, item.name_vectors)
         memory.entity_ids = list(
             dict.fromkeys(r.entity_id for r in resolutions if r.entity_id is not None)
         )
@@ -542,9 +556,19 @@ class IngestMixin(ServiceState):
             to_payload[existing_id] = existing
 
     def _resolve_entities(
-        self, namespace: str, names: Sequence[str], now: datetime
+        self,
+        namespace: str,
+        names: Sequence[str],
+        now: datetime,
+        vectors: dict[str, Vector] | None = None,
     ) -> list[EntityResolution]:
-        return [self.entities.resolve(namespace, name, create=True, at=now) for name in names]
+        known = vectors or {}
+        return [
+            self.entities.resolve(
+                namespace, name, create=True, at=now, vector=known.get(display_name(name))
+            )
+            for name in names
+        ]
 
     def _dedup(
         self,
