@@ -275,14 +275,28 @@ def in_process(service: MemoryService, texts: list[str], size: int) -> dict[str,
         start = time.perf_counter()
         service.store(item)
         stores.append(time.perf_counter() - start)
-    batch = [m["content"] for m in islice(memories(seed=99), 512)]
-    start = time.perf_counter()
-    embedder.embed_documents(batch)
-    throughput = len(batch) / (time.perf_counter() - start)
+    # Bulk import beside raw embedding of the same texts, alternated (three rounds of 128).
+    stream = memories(seed=99, fresh=True)
+    raw_s = bulk_s = naive_s = 0.0
+    raw_n = bulk_n = 0
     model = embedder._model  # type: ignore[attr-defined]
-    start = time.perf_counter()
-    list(model.embed(batch))
-    naive_throughput = len(batch) / (time.perf_counter() - start)
+    for _ in range(3):
+        items = list(islice(stream, 128))
+        texts = [m["content"] for m in items]
+        start = time.perf_counter()
+        embedder.embed_documents(texts)
+        raw_s += time.perf_counter() - start
+        raw_n += len(texts)
+        start = time.perf_counter()
+        list(model.embed(texts))
+        naive_s += time.perf_counter() - start
+        start = time.perf_counter()
+        results = service.store_many(items)
+        bulk_s += time.perf_counter() - start
+        bulk_n += sum(1 for r in results if r.get("status") == "stored")
+    throughput = raw_n / raw_s
+    naive_throughput = raw_n / naive_s
+    bulk_rate = bulk_n / bulk_s
     brief = timed(lambda: service.stats({}), 20)
     detailed = timed(lambda: service.stats({"detailed": True}), 5)
     return {
@@ -292,6 +306,7 @@ def in_process(service: MemoryService, texts: list[str], size: int) -> dict[str,
         "embed_document": summary(docs),
         "store": summary(stores),
         "embed_throughput": round(throughput, 1),
+        "bulk_in_run_per_second": round(bulk_rate, 1),
         "embed_throughput_fastembed_default": round(naive_throughput, 1),
         "stats_brief": summary(brief),
         "stats_detailed": summary(detailed),
@@ -432,7 +447,7 @@ def table(floors: dict[str, Any], rows: list[dict[str, Any]], model_mb: float) -
         mcp_floor = inter["embed_query"]["p50"] + inter["engine"]["p50"] + inter["sdk"]["p50"]
         st = row["store"]
         doc = row["embed_document"]["p50"]
-        bulk = row["bulk_import"]["per_second"]
+        bulk = row.get("bulk_in_run_per_second") or row["bulk_import"]["per_second"]
         raw = row["embed_throughput"]
         rss = row["mcp"]["rss_mb"] or 0.0
         floor_rss = row["vectors_mb"] + model_mb
