@@ -306,3 +306,75 @@ async def test_settings_the_engine_overrides_are_named_on_joining(
     assert len(lines) == 1, lines
     assert "'rerank'" in lines[0] and "'threads'" in lines[0]
     assert "namespace" not in lines[0] and "model_tier" not in lines[0]
+
+
+async def test_four_clients_mixed_calls_no_errors_no_lost_writes(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    """Four ferrex processes on one store (one engine, three peers over the engine socket),
+    each storing, recalling, reading stats and forgetting concurrently: no call errs and every
+    acknowledged write is there at the end (and every forgotten one gone)."""
+    data_dir = tmp_path / "data"
+    topics = [
+        "the billing cron moved to 02:00 UTC after the March outage",
+        "Postgres autovacuum was tuned on the orders table",
+        "the iOS app crashes when the camera permission is revoked",
+        "Kafka consumer lag alerts page the platform team",
+        "the staging cluster runs Kubernetes 1.29",
+        "Grafana dashboards live in the observability repository",
+        "the search service caches embeddings in Redis for a day",
+        "our SLA for the public API is 99.9 percent monthly",
+        "Terraform state is stored in an encrypted S3 bucket",
+        "the design system uses Tailwind with a custom palette",
+        "invoices are generated as PDFs by a Go worker",
+        "the mobile release train ships every second Thursday",
+        "feature flags are managed with LaunchDarkly",
+        "the data warehouse nightly load takes about forty minutes",
+        "customer support uses Zendesk macros for refunds",
+        "TLS certificates renew automatically through cert-manager",
+    ]
+    kept: list[tuple[str, str]] = []
+    forgotten: list[tuple[str, str]] = []
+    failures: list[str] = []
+
+    async def agent(client: Client, number: int) -> None:
+        mine = topics[number * 4 : number * 4 + 4]
+        for n, text in enumerate(mine):
+            answer = await call(client, "store", {"content": text})
+            if "error" in answer:
+                failures.append(f"store: {answer}")
+                continue
+            for tool, arguments in (
+                ("recall", {"query": topics[(number * 4 + n + 5) % 16], "limit": 3}),
+                ("stats", {}),
+            ):
+                reply = await call(client, tool, arguments)
+                if "error" in reply:
+                    failures.append(f"{tool}: {reply}")
+            if n == 3:  # each agent forgets its last memory
+                reply = await call(client, "forget", {"ids": [answer["id"]]})
+                if reply.get("deleted") != [answer["id"]]:
+                    failures.append(f"forget: {reply}")
+                forgotten.append((answer["id"], text))
+            else:
+                kept.append((answer["id"], text))
+
+    with anyio.fail_after(240):
+        async with mcp_client(data_dir, models_dir, FERREX_LOG="error") as first:
+            await call(first, "stats", {})  # the engine is up: the others join as peers
+            async with (
+                mcp_client(data_dir, models_dir, FERREX_LOG="error") as second,
+                mcp_client(data_dir, models_dir, FERREX_LOG="error") as third,
+                mcp_client(data_dir, models_dir, FERREX_LOG="error") as fourth,
+            ):
+                async with anyio.create_task_group() as tasks:
+                    for number, client in enumerate((first, second, third, fourth)):
+                        tasks.start_soon(agent, client, number)
+                assert failures == []
+                stats = await call(fourth, "stats", {"detailed": True})
+                assert stats["total"] == len(kept) == 12
+    async with mcp_client(data_dir, models_dir, FERREX_LOG="error") as later:  # after restart
+        for memory_id, text in kept:
+            assert await recalls(later, text, memory_id), text
+        for memory_id, text in forgotten:
+            assert not await recalls(later, text, memory_id), text

@@ -18,6 +18,18 @@ from ferrex.server.resources import present_memory, present_namespaces
 log = structlog.get_logger("ferrex.engine")
 
 TOOL_OPS = ("store", "recall", "forget", "reflect", "stats")
+# Everything a peer or an operator command may send to the engine (its MCP tools on the socket).
+ENGINE_OPS = (
+    *TOOL_OPS,
+    "ping",
+    "hello",
+    "doctor",
+    "export",
+    "import",
+    "rebuild",
+    "memory",
+    "namespaces",
+)
 # Settings that are not the engine's: each process keeps its own (the namespace travels with
 # every call). ``model_tier`` is checked on joining instead (see ``hello``); the API key and the
 # HTTP token are secrets that never leave the process.

@@ -11,8 +11,6 @@ import errno
 import fcntl
 import hashlib
 import os
-import socket
-import struct
 import tempfile
 from pathlib import Path
 
@@ -53,6 +51,22 @@ class OwnerLock:
         self._fd = fd
         return True
 
+    def is_free(self) -> bool:
+        """No process holds the lock (the owner has exited): a probe that takes nothing."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except OSError:
+            return True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                return False
+            raise
+        finally:
+            os.close(fd)  # closing releases the probe's shared lock at once
+        return True
+
     @property
     def held(self) -> bool:
         return self._fd is not None
@@ -71,15 +85,6 @@ class OwnerLock:
             finally:
                 os.close(self._fd)
                 self._fd = None
-
-
-def peer_uid(sock: socket.socket) -> int | None:
-    try:
-        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    except (OSError, AttributeError):
-        return None
-    _, uid, _ = struct.unpack("3i", creds)
-    return int(uid)
 
 
 class AttachLock:

@@ -2,9 +2,10 @@
 
 Qdrant Edge (and SQLite's single writer) want one owner per data dir, but Claude Desktop and
 Claude Code each start their own ``ferrex``. The first process to take ``<data dir>/ferrex.lock``
-owns the store (the *engine*) and serves the others over a Unix socket in the data dir (mode
-0700, peers must be the same user). The others are thin peers that forward tool calls. When the
-owner exits, a peer takes the lock and becomes the engine itself: no agent ever sees a lock error.
+owns the store (the *engine*) and serves the others over a Unix socket in the data dir (0600 in
+the 0700 data dir: the same user only), speaking MCP with the SDK's own transport (see
+``ferrex.runtime.link``). The others are thin peers that forward tool calls. When the owner
+exits, a peer takes the lock and becomes the engine itself: no agent ever sees a lock error.
 
 A peer joins with a ``hello``: the engine refuses one configured for another embedding model
 (exactly as the store refuses a process that opens it) and tells it its settings, so the peer
@@ -15,26 +16,25 @@ process up, answering every call with the error.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
 import anyio
 import anyio.abc
 import structlog
-from anyio.streams.buffered import BufferedByteReceiveStream
 
 from ferrex.core import errors
 from ferrex.core.errors import FerrexError
-from ferrex.runtime.ownership import OwnerLock, attached, peer_uid, socket_path
+from ferrex.runtime.link import EngineConnection, EngineServer
+from ferrex.runtime.ownership import OwnerLock, attached, socket_path
 
 log = structlog.get_logger("ferrex.engine")
 
-MAX_LINE = 64 * 1024 * 1024
 _READ_ONLY_OPS = frozenset({"recall", "stats", "ping", "memory", "namespaces"})
+_WATCH_SECONDS = 0.2  # how often a peer checks that the engine process still holds the lock
 
 
 class Backend(Protocol):
@@ -45,147 +45,6 @@ class Backend(Protocol):
     async def call(self, op: str, arguments: dict[str, Any]) -> Any: ...
 
     async def aclose(self) -> None: ...
-
-
-# --------------------------------------------------------------------------- engine side
-
-Handler = Callable[[str, dict[str, Any]], Awaitable[Any]]
-
-
-class EngineServer:
-    """Serves tool calls from peer processes over the Unix socket."""
-
-    def __init__(self, path: Path, handler: Handler) -> None:
-        self.path = path
-        self.handler = handler
-        self._listener: anyio.abc.SocketListener | None = None
-
-    async def serve(
-        self, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-    ) -> None:
-        if self.path.exists() or self.path.is_symlink():
-            self.path.unlink()
-        listener = await anyio.create_unix_listener(self.path, mode=0o600)
-        self._listener = listener
-        task_status.started()
-        async with listener:
-            await listener.serve(self._connection)
-
-    async def _connection(self, stream: anyio.abc.SocketStream) -> None:
-        raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)
-        if peer_uid(raw) not in (None, os.getuid()):
-            await stream.aclose()
-            return
-        reader = BufferedByteReceiveStream(stream)
-        write_lock = anyio.Lock()
-        async with anyio.create_task_group() as tasks:
-            while True:
-                try:
-                    line = await reader.receive_until(b"\n", MAX_LINE)
-                except (
-                    anyio.EndOfStream,
-                    anyio.IncompleteRead,
-                    anyio.BrokenResourceError,
-                    anyio.ClosedResourceError,
-                ):
-                    break
-                except anyio.DelimiterNotFound:
-                    break
-                tasks.start_soon(self._answer, stream, write_lock, line)
-        await stream.aclose()
-
-    async def _answer(self, stream: anyio.abc.SocketStream, lock: anyio.Lock, line: bytes) -> None:
-        request_id: Any = None
-        try:
-            message = json.loads(line)
-            request_id = message.get("id")
-            result = await self.handler(str(message["op"]), dict(message.get("arguments") or {}))
-            reply: dict[str, Any] = {"id": request_id, "ok": result}
-        except FerrexError as exc:
-            reply = {"id": request_id, "error": exc.to_dict()}
-        except Exception as exc:  # never crash the engine for one bad message
-            log.error("engine request failed", error=repr(exc)[:300])
-            reply = {
-                "id": request_id,
-                "error": {"code": errors.INTERNAL, "message": "internal error"},
-            }
-        data = (json.dumps(reply, default=str) + "\n").encode()
-        async with lock:
-            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-                await stream.send(data)
-
-    async def aclose(self) -> None:
-        if self._listener is not None:
-            await self._listener.aclose()
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
-
-
-# --------------------------------------------------------------------------- peer side
-
-
-class EngineConnection:
-    """A peer's connection to the engine; requests are multiplexed by id."""
-
-    def __init__(self, stream: anyio.abc.SocketStream) -> None:
-        self._stream = stream
-        self._reader = BufferedByteReceiveStream(stream)
-        self._pending: dict[int, Any] = {}
-        self._next = 0
-        self._lock = anyio.Lock()
-        self.closed = anyio.Event()
-
-    @classmethod
-    async def connect(cls, path: Path) -> EngineConnection:
-        stream = await anyio.connect_unix(path)
-        return cls(stream)
-
-    async def pump(self) -> None:
-        try:
-            while True:
-                line = await self._reader.receive_until(b"\n", MAX_LINE)
-                message = json.loads(line)
-                slot = self._pending.pop(message.get("id"), None)
-                if slot is not None:
-                    slot[1] = message
-                    slot[0].set()
-        except Exception:
-            pass
-        finally:
-            self.closed.set()
-            for slot in self._pending.values():
-                slot[0].set()
-            self._pending.clear()
-
-    async def request(self, op: str, arguments: dict[str, Any]) -> Any:
-        if self.closed.is_set():
-            raise ConnectionError("engine connection closed")
-        self._next += 1
-        request_id = self._next
-        slot: list[Any] = [anyio.Event(), None]
-        self._pending[request_id] = slot
-        data = (json.dumps({"id": request_id, "op": op, "arguments": arguments}) + "\n").encode()
-        async with self._lock:
-            await self._stream.send(data)
-        await slot[0].wait()
-        reply = slot[1]
-        if reply is None:
-            raise ConnectionError("engine connection lost")
-        if "error" in reply:
-            raise FerrexError(**_error_fields(reply["error"]))
-        return reply["ok"]
-
-    async def aclose(self) -> None:
-        await self._stream.aclose()
-
-
-def _error_fields(error: dict[str, Any]) -> dict[str, Any]:
-    fields = dict(error)
-    return {
-        "code": fields.pop("code", errors.INTERNAL),
-        "message": fields.pop("message", "error"),
-        **fields,
-    }
 
 
 class _Threaded:
@@ -254,12 +113,12 @@ class SharedBackend:
             if self.lock.try_acquire():
                 await self._become_engine()
                 return
+            assert self._task_group is not None
             try:
-                connection = await EngineConnection.connect(self.sock)
+                connection = await EngineConnection.connect(self.sock, self._task_group)
             except OSError:
                 await anyio.sleep(0.05)
                 continue
-            assert self._task_group is not None
             self._task_group.start_soon(self._watch, connection)
             try:
                 reply = await connection.request("hello", self.hello)
@@ -278,8 +137,13 @@ class SharedBackend:
         raise FerrexError(errors.UNAVAILABLE, "could not reach or start the ferrex engine")
 
     async def _watch(self, connection: EngineConnection) -> None:
-        """Pump replies; when the engine goes away, take over (or reconnect) right away."""
-        await connection.pump()
+        """When the engine process goes away (its lock is free, or the link closed), take over
+        (or reconnect) right away, not only at the next call."""
+        while not connection.closed.is_set() and not self._closing:
+            if await anyio.to_thread.run_sync(self.lock.is_free):
+                break
+            with anyio.move_on_after(_WATCH_SECONDS):
+                await connection.closed.wait()
         if not self._closing:
             # A failed takeover is answered to every call (``self.failure``), never raised
             # into the task group: that would end the MCP session.

@@ -156,6 +156,9 @@ class BearerAuth:
 def build_app(mcp: FerrexMcp, bind: Bind, token: str) -> Any:
     app = mcp.server.streamable_http_app(
         streamable_http_path=MCP_PATH,
+        # Stateless: every request stands alone (no session for an idle agent to lose, no
+        # session limit); ferrex sends no server-initiated messages.
+        stateless_http=True,
         host=bind.host if bind.loopback else "0.0.0.0",  # DNS-rebinding guard on loopback
     )
     return BearerAuth(app, token)
