@@ -178,6 +178,7 @@ async def serve_http(
         access_log=False,
         lifespan="on",
     )
+
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:
             # SIGTERM / SIGINT: a clean shutdown (exit status 0), not re-raised at the end.
