@@ -45,6 +45,8 @@ from mcp import Client, StdioServerParameters  # noqa: E402
 from corpus import memories, queries  # noqa: E402
 from ferrex.core.service import MemoryService  # noqa: E402
 from ferrex.logs import configure  # noqa: E402
+from ferrex.server.calls import run_tool as invoke  # noqa: E402
+from ferrex.server.calls import store_many  # noqa: E402
 from stores import (  # noqa: E402
     build_info,
     cached_stores,
@@ -164,9 +166,10 @@ async def mcp_recall(
     spawn = [await spawn_to_list(params) for _ in range(spawns)]
     out: dict[str, Any] = {"spawn_to_list": summary(spawn)}
     shard = service.index.shard  # type: ignore[attr-defined]
-    async with Client(params, mode="legacy") as client, Client(
-        minimal_params(), mode="legacy"
-    ) as minimal:
+    async with (
+        Client(params, mode="legacy") as client,
+        Client(minimal_params(), mode="legacy") as minimal,
+    ):
         start = time.perf_counter()
         await client.call_tool("stats", {})  # waits for the model and the store
         out["first_stats_s"] = round(time.perf_counter() - start, 3)
@@ -186,7 +189,7 @@ async def mcp_recall(
             await minimal.call_tool("echo", {"text": text})
             samples["sdk"].append(time.perf_counter() - start)
             start = time.perf_counter()
-            service.recall({"query": text, "limit": 10})
+            invoke(service, "recall", {"query": text, "limit": 10})
             samples["in_process"].append(time.perf_counter() - start)
             start = time.perf_counter()
             dense = service.embedder.embed_query(text)
@@ -248,13 +251,13 @@ def in_process(service: MemoryService, texts: list[str], size: int) -> dict[str,
     embedder = service.embedder
     shard = service.index.shard  # type: ignore[attr-defined]
     for text in texts[:10]:
-        service.recall({"query": text + " warm", "limit": 10})
+        invoke(service, "recall", {"query": text + " warm", "limit": 10})
     recall = []
     embed_q = []
     engine = []
     for text in texts:
         start = time.perf_counter()
-        service.recall({"query": text, "limit": 10})
+        invoke(service, "recall", {"query": text, "limit": 10})
         recall.append(time.perf_counter() - start)
         start = time.perf_counter()
         dense = embedder.embed_query(text)
@@ -273,7 +276,7 @@ def in_process(service: MemoryService, texts: list[str], size: int) -> dict[str,
         embedder.embed_documents([item["content"], *item.get("entities", [])])
         docs.append(time.perf_counter() - start)
         start = time.perf_counter()
-        service.store(item)
+        invoke(service, "store", item)
         stores.append(time.perf_counter() - start)
     # Bulk import beside raw embedding of the same texts, alternated (three rounds of 128).
     stream = memories(seed=99, fresh=True)
@@ -291,14 +294,14 @@ def in_process(service: MemoryService, texts: list[str], size: int) -> dict[str,
         list(model.embed(texts))
         naive_s += time.perf_counter() - start
         start = time.perf_counter()
-        results = service.store_many(items)
+        results = store_many(service, items)
         bulk_s += time.perf_counter() - start
         bulk_n += sum(1 for r in results if r.get("status") == "stored")
     throughput = raw_n / raw_s
     naive_throughput = raw_n / naive_s
     bulk_rate = bulk_n / bulk_s
-    brief = timed(lambda: service.stats({}), 20)
-    detailed = timed(lambda: service.stats({"detailed": True}), 5)
+    brief = timed(lambda: invoke(service, "stats", {}), 20)
+    detailed = timed(lambda: invoke(service, "stats", {"detailed": True}), 5)
     return {
         "embed_query": summary(embed_q),
         "engine_query": summary(engine),

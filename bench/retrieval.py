@@ -40,6 +40,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ferrex.server.calls import run_tool as invoke
+from ferrex.server.calls import store_many
+
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_LOCOMO = REPO.parent / "shared" / "eval" / "locomo-dev" / "locomo-dev.json"
 DEFAULT_BEIR = REPO.parent / "shared" / "eval" / "scifact-dev"
@@ -211,7 +214,7 @@ def build(args: argparse.Namespace, data_dir: Path) -> Any:
         from ferrex.embed.bm25 import Bm25Encoder
 
         encoder = Bm25Encoder(avg_len=args.bm25_avg_len)
-        service.sparse = encoder
+        service.deps.sparse = encoder
         service.sync.sparse = encoder
     if args.no_bm25_date:  # ablation of the product's dated BM25 documents
         import ferrex.core.sync as sync_module
@@ -329,7 +332,7 @@ def time_embedding(service: Any, query: str) -> float:
 
 def timed_recall(service: Any, arguments: dict[str, Any]) -> tuple[dict[str, Any], float]:
     start = time.perf_counter()
-    response = service.recall(arguments)
+    response = invoke(service, "recall", arguments)
     return response, (time.perf_counter() - start) * 1000
 
 
@@ -365,7 +368,7 @@ def channel_lists(service: Any, query: str, namespace: str, depths: Iterable[int
 
     cfg = service.settings.retrieval
     flt = IndexFilter(namespace=namespace)
-    vector = service._query_vector(query)
+    vector = service.recalling._query_vector(query)
     sparse = service.sparse.encode_query(query)
     out: Channels = {}
     for depth in sorted(set(depths)):
@@ -487,11 +490,11 @@ def ingest_locomo(
             ):
                 end += 1
             service.clock = lambda moment=date: moment
-            results.extend(service.store_many(items[position:end], batch=args.batch))
+            results.extend(store_many(service, items[position:end], batch=args.batch))
             position = end
         service.clock = lambda: NOW
     else:
-        results = service.store_many(items, batch=args.batch)
+        results = store_many(service, items, batch=args.batch)
     elapsed = time.perf_counter() - start
     stored: dict[str, Stored] = {c.sample_id: Stored({}, {}, []) for c in conversations}
     for (conv, turn), result in zip(owners, results, strict=True):
@@ -654,7 +657,7 @@ def locomo_mode(
             service, {**base, "limit": BUDGET_LIMIT, "max_tokens": BUDGET_TOKENS}
         )
         timings.budget_ms.append(ms)
-        long = service.recall({**base, "limit": BUDGET_LIMIT})  # same candidates, uncut
+        long = invoke(service, "recall", {**base, "limit": BUDGET_LIMIT})  # same candidates, uncut
         out.append(
             QueryLists(
                 [r["id"] for r in top["results"]],
@@ -1020,7 +1023,7 @@ def ingest_beir(
         )
         ids.append(did)
     prep = time.perf_counter() - start
-    results = service.store_many(items, batch=args.batch)
+    results = store_many(service, items, batch=args.batch)
     elapsed = time.perf_counter() - start
     memory_of: dict[str, str] = {}
     rejected: list[dict[str, Any]] = []

@@ -29,6 +29,7 @@ from corpus import CORPUS_VERSION, memories  # noqa: E402
 from ferrex.bootstrap import Options, build_service  # noqa: E402
 from ferrex.config import load_settings  # noqa: E402
 from ferrex.core.service import MemoryService  # noqa: E402
+from ferrex.server.calls import store_many  # noqa: E402
 
 BATCH = 512
 
@@ -63,7 +64,7 @@ def bulk_load(
     last_report = start
     while loaded < size:
         batch = list(islice(stream, min(BATCH, size - loaded)))
-        results = service.store_many(batch)
+        results = store_many(service, batch)
         ok = sum(1 for r in results if "id" in r and r.get("status") != "duplicate")
         loaded += ok
         rejected += len(results) - ok
@@ -137,9 +138,7 @@ def cached_stores(
     return paths
 
 
-def composed_store(
-    size: int, base: Path, seed: int, tier: str, *, sentences: int = 1500
-) -> Path:
+def composed_store(size: int, base: Path, seed: int, tier: str, *, sentences: int = 1500) -> Path:
     """A store of ``size`` memories grown from the cached ``base`` store with memories whose
     vectors are COMPOSED, not embedded: each is two real SciFact sentences of two different
     papers, its vector the normalised sum of the two sentences' real embeddings (``sentences``
@@ -160,9 +159,7 @@ def composed_store(
 
     rng = random.Random(seed)
     abstracts = _abstracts()
-    picked = [
-        (rng.randrange(len(abstracts)), rng.random()) for _ in range(sentences)
-    ]
+    picked = [(rng.randrange(len(abstracts)), rng.random()) for _ in range(sentences)]
     texts = []
     papers = []
     for paper, where in picked:
@@ -182,7 +179,7 @@ def composed_store(
     # Each composed text is a pair of sentences of two different papers, never seen before
     # (``used``), so the dedup search (brute force over the growing unindexed store: the build's
     # whole cost otherwise) can only answer "no duplicate": skip it for these.
-    service._find_duplicate = lambda *args, **kwargs: None  # type: ignore[method-assign]
+    service.storing._find_duplicate = lambda *args, **kwargs: None  # type: ignore[method-assign]
     used: set[tuple[int, int]] = set()
     composed: dict[str, Any] = {}
 
@@ -208,7 +205,7 @@ def composed_store(
                 vector = vectors[a] + vectors[b]
                 composed[text] = vector / float(np.linalg.norm(vector))
                 batch.append({"content": text})
-            results = service.store_many(batch)
+            results = store_many(service, batch)
             stored += sum(1 for r in results if "id" in r and r.get("status") != "duplicate")
             composed.clear()
         seconds = time.perf_counter() - start

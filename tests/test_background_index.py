@@ -15,6 +15,8 @@ import threading
 from collections.abc import Callable
 
 from ferrex.core.service import MemoryService
+from ferrex.server.calls import run_tool as invoke
+from ferrex.server.calls import store_many
 from ferrex.store.edge import EdgeIndex, _old_path
 
 ServiceFactory = Callable[..., MemoryService]
@@ -26,7 +28,7 @@ def fill(service: MemoryService, count: int) -> list[str]:
         {"content": f"note {i}: the {TOPICS[i % 8]} team changed its {TOPICS[(i * 3) % 8]} plan"}
         for i in range(count)
     ]
-    return [str(r["id"]) for r in service.store_many(items) if r.get("status") == "stored"]
+    return [str(r["id"]) for r in store_many(service, items) if r.get("status") == "stored"]
 
 
 def edge(service: MemoryService) -> EdgeIndex:
@@ -35,7 +37,7 @@ def edge(service: MemoryService) -> EdgeIndex:
 
 
 def recalled(service: MemoryService, memory_id: str, query: str) -> bool:
-    answer = service.recall({"query": query, "limit": 50})
+    answer = invoke(service, "recall", {"query": query, "limit": 50})
     return memory_id in [r["id"] for r in answer["results"]]
 
 
@@ -62,7 +64,7 @@ def test_a_build_in_the_background_keeps_recall_answering_and_loses_no_write(
     worker.start()
     answered = 0
     while not done.is_set():  # this thread keeps working while the child builds
-        service.recall({"query": "billing plan", "limit": 5})
+        invoke(service, "recall", {"query": "billing plan", "limit": 5})
         answered += 1
     worker.join()
     assert not errors, errors
@@ -83,9 +85,11 @@ def test_writes_during_a_build_are_replayed_onto_the_copy(
     target = index.path.parent / "index.building"
     index.snapshot_for_build(target)
     # Acknowledged while the copy is being optimized (the copy does not have them):
-    new = service.store({"content": "the payments gateway moved to the eu-west region"})["id"]
-    service.forget({"ids": [ids[0]]})
-    service.reflect({"confirm_ids": [ids[1]]})
+    new = invoke(service, "store", {"content": "the payments gateway moved to the eu-west region"})[
+        "id"
+    ]
+    invoke(service, "forget", {"ids": [ids[0]]})
+    invoke(service, "reflect", {"confirm_ids": [ids[1]]})
     import subprocess
     import sys
 
@@ -106,7 +110,7 @@ def test_writes_during_a_build_are_replayed_onto_the_copy(
     assert recalled(service, new, "which region is the payments gateway in")
     assert not recalled(service, ids[0], "note 0: the billing team changed its billing plan")
     assert recalled(service, ids[2], "note 2: the ledger team changed its mobile plan")
-    report = service.reflect({})
+    report = invoke(service, "reflect", {})
     assert "error" not in report
 
 

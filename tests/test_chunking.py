@@ -30,6 +30,8 @@ from ferrex.core.memory import Memory, MemoryType
 from ferrex.core.ports import IndexFilter
 from ferrex.core.service import MemoryService
 from ferrex.embed.embedder import FastEmbedEmbedder
+from ferrex.server.calls import run_tool as invoke
+from ferrex.server.calls import store_many
 
 CONTEXT = 256
 NOW = datetime(2026, 4, 1, tzinfo=UTC)
@@ -179,17 +181,17 @@ def test_long_single_step_procedure_is_not_cut(embedder: FastEmbedEmbedder) -> N
 
 
 def test_too_long_episodic_store_is_rejected_and_writes_nothing(service: MemoryService) -> None:
-    service.store({"content": "a short event that fits", "entities": ["fits"]})
+    invoke(service, "store", {"content": "a short event that fits", "entities": ["fits"]})
     before = (table_counts(service), service.index.points_by_memory())
     with pytest.raises(FerrexError) as error:
-        service.store({"content": words(CONTEXT - 1), "entities": ["too-long-entity"]})
+        invoke(service, "store", {"content": words(CONTEXT - 1), "entities": ["too-long-entity"]})
     assert error.value.code == "episodic_too_long"
     assert error.value.message == EPISODIC_TOO_LONG_MESSAGE
     assert (table_counts(service), service.index.points_by_memory()) == before
 
 
 def test_episodic_at_the_context_is_stored(service: MemoryService) -> None:
-    stored = service.store({"content": words(CONTEXT - 2)})
+    stored = invoke(service, "store", {"content": words(CONTEXT - 2)})
     assert stored["status"] == "stored" and "chunks" not in stored
     assert service.index.points_by_memory()[stored["id"]] == [point_id(stored["id"], 0)]
 
@@ -199,8 +201,10 @@ def test_long_semantic_object_is_one_point(
 ) -> None:
     long_object = words(390)  # within the field limit, past the model context
     assert embedder.count_tokens(f"api-server description {long_object}") > CONTEXT
-    stored = service.store(
-        {"subject": "api-server", "predicate": "description", "object": long_object}
+    stored = invoke(
+        service,
+        "store",
+        {"subject": "api-server", "predicate": "description", "object": long_object},
     )
     assert "chunks" not in stored
     assert service.index.points_by_memory()[stored["id"]] == [point_id(stored["id"], 0)]
@@ -210,7 +214,9 @@ def test_long_procedure_has_one_point_per_step(
     service: MemoryService, embedder: FastEmbedEmbedder
 ) -> None:
     steps = long_steps()
-    stored = service.store({"type": "procedural", "name": "rotate-subsystems", "steps": steps})
+    stored = invoke(
+        service, "store", {"type": "procedural", "name": "rotate-subsystems", "steps": steps}
+    )
     assert stored["chunks"] == len(steps)
     memory_id = stored["id"]
     points = service.index.points_by_memory()
@@ -228,8 +234,12 @@ def test_step_points_carry_their_step_index(service: MemoryService) -> None:
     import qdrant_edge as q
 
     steps = long_steps()
-    split = service.store({"type": "procedural", "name": "rotate-subsystems", "steps": steps})
-    whole = service.store({"type": "procedural", "name": "restart", "steps": ["stop", "start"]})
+    split = invoke(
+        service, "store", {"type": "procedural", "name": "rotate-subsystems", "steps": steps}
+    )
+    whole = invoke(
+        service, "store", {"type": "procedural", "name": "restart", "steps": ["stop", "start"]}
+    )
     records, _ = service.index.shard.scroll(  # type: ignore[attr-defined]
         q.ScrollRequest(limit=1000, with_payload=["memory_id", "chunk", "step_index"])
     )
@@ -243,40 +253,50 @@ def test_step_points_carry_their_step_index(service: MemoryService) -> None:
 
 
 def test_chunked_procedure_is_found_by_its_conditions(service: MemoryService) -> None:
-    stored = service.store(
+    stored = invoke(
+        service,
+        "store",
         {
             "type": "procedural",
             "name": "rotate-subsystems",
             "conditions": ["a security advisory mandates credential rotation"],
             "steps": long_steps(),
-        }
+        },
     )
-    service.store({"content": "the geo lookup service was slow on monday"})
-    service.store(
+    invoke(service, "store", {"content": "the geo lookup service was slow on monday"})
+    invoke(
+        service,
+        "store",
         {
             "type": "procedural",
             "content": "1. revoke the leaked api token\n2. notify the security team about the "
             "credentials",
-        }
+        },
     )
-    results = service.recall(
-        {"query": "what to do after a security advisory about credentials", "limit": 1}
+    results = invoke(
+        service,
+        "recall",
+        {"query": "what to do after a security advisory about credentials", "limit": 1},
     )["results"]
     assert [r["id"] for r in results] == [stored["id"]]
 
 
 def test_long_procedure_from_content_splits_on_its_lines(service: MemoryService) -> None:
     content = "\n".join(f"{i}. {s}" for i, s in enumerate(long_steps(), 1))
-    stored = service.store({"type": "procedural", "content": content})
+    stored = invoke(service, "store", {"type": "procedural", "content": content})
     assert stored["chunks"] == len(SUBSYSTEMS)
     assert len(service.index.points_by_memory()[stored["id"]]) == len(SUBSYSTEMS)
 
 
 def test_recall_returns_a_chunked_procedure_once_and_whole(service: MemoryService) -> None:
     steps = long_steps()
-    stored = service.store({"type": "procedural", "name": "rotate-subsystems", "steps": steps})
-    service.store({"content": "the geo lookup service was slow on monday"})
-    results = service.recall({"query": "drain the geo lookup queue and restart", "limit": 10})
+    stored = invoke(
+        service, "store", {"type": "procedural", "name": "rotate-subsystems", "steps": steps}
+    )
+    invoke(service, "store", {"content": "the geo lookup service was slow on monday"})
+    results = invoke(
+        service, "recall", {"query": "drain the geo lookup queue and restart", "limit": 10}
+    )
     matching = [r for r in results["results"] if r["id"] == stored["id"]]
     assert len(matching) == 1
     assert matching[0]["steps"] == steps
@@ -284,8 +304,10 @@ def test_recall_returns_a_chunked_procedure_once_and_whole(service: MemoryServic
 
 
 def test_forget_removes_every_step_point(service: MemoryService) -> None:
-    stored = service.store({"type": "procedural", "name": "rotate", "steps": long_steps()})
-    service.forget({"ids": [stored["id"]]})
+    stored = invoke(
+        service, "store", {"type": "procedural", "name": "rotate", "steps": long_steps()}
+    )
+    invoke(service, "forget", {"ids": [stored["id"]]})
     assert stored["id"] not in service.index.points_by_memory()
 
 
@@ -299,9 +321,11 @@ def test_a_long_procedure_does_not_crowd_other_memories_out_of_recall(
         f"Step {i}: reconcile ledger partition {i} and verify totals against the bank statement"
         for i in range(1, 41)
     ]
-    procedure = service.store({"type": "procedural", "name": "month-end-close", "steps": steps})
+    procedure = invoke(
+        service, "store", {"type": "procedural", "name": "month-end-close", "steps": steps}
+    )
     episodes = [
-        service.store({"content": text})["id"]
+        invoke(service, "store", {"content": text})["id"]
         for text in (
             "The finance team closed the books for March after reconciling the ledger",
             "Bank statement import failed because the CSV export changed format",
@@ -309,8 +333,8 @@ def test_a_long_procedure_does_not_crowd_other_memories_out_of_recall(
         )
     ]
     query = "reconcile the ledger with the bank statement"
-    small = [r["id"] for r in service.recall({"query": query, "limit": 5})["results"]]
-    large = [r["id"] for r in service.recall({"query": query, "limit": 30})["results"]]
+    small = [r["id"] for r in invoke(service, "recall", {"query": query, "limit": 5})["results"]]
+    large = [r["id"] for r in invoke(service, "recall", {"query": query, "limit": 30})["results"]]
     assert set(small) == {procedure["id"], *episodes}
     assert small == large[: len(small)]
     assert small.count(procedure["id"]) == 1
@@ -320,15 +344,21 @@ def test_a_few_chunked_procedures_cost_no_extra_engine_query(service: MemoryServ
     """The first page has headroom for some chunks: a recall over a store with a couple of
     chunked procedures among its candidates is still one engine call (a counting wrapper around
     the real index, which answers every call)."""
-    service.store({"type": "procedural", "name": "rotate", "steps": long_steps()})
+    invoke(service, "store", {"type": "procedural", "name": "rotate", "steps": long_steps()})
     archive = [
         f"archive the {name} logs to cold storage, compress them, record the archive checksum "
         f"in the runbook, then truncate the {name} log volume"
         for name in SUBSYSTEMS
     ]
-    assert service.store({"type": "procedural", "name": "archive", "steps": archive})["chunks"] > 1
-    service.store_many(
-        [{"content": f"the {s} queue was drained on day {i}"} for i, s in enumerate(SUBSYSTEMS)]
+    assert (
+        invoke(service, "store", {"type": "procedural", "name": "archive", "steps": archive})[
+            "chunks"
+        ]
+        > 1
+    )
+    store_many(
+        service,
+        [{"content": f"the {s} queue was drained on day {i}"} for i, s in enumerate(SUBSYSTEMS)],
     )
     calls: list[int] = []
     channels = service.index.channels
@@ -338,6 +368,8 @@ def test_a_few_chunked_procedures_cost_no_extra_engine_query(service: MemoryServ
         return channels(*args, **kwargs)
 
     service.index.channels = counted  # type: ignore[method-assign]
-    results = service.recall({"query": "drain the queue and restart the workers", "limit": 10})
+    results = invoke(
+        service, "recall", {"query": "drain the queue and restart the workers", "limit": 10}
+    )
     assert len(results["results"]) == 10
     assert calls == [45], calls  # one call, 1.5 x the prefetch of 30

@@ -30,6 +30,8 @@ import qdrant_edge as q
 from tests.conftest import ServiceFactory, call, ferrex_command, mcp_client
 
 from ferrex.core.ids import point_id
+from ferrex.server.calls import run_tool as invoke
+from ferrex.server.calls import store_many
 from ferrex.store.schema import SCHEMA_VERSION
 
 NOW = datetime.now(UTC).replace(microsecond=0)
@@ -74,12 +76,14 @@ def store(make_service: ServiceFactory, tmp_path: Path) -> Iterator[Path]:
     """A closed store with 150 memories (two namespaces, a long multi-chunk one)."""
     data_dir = tmp_path / "ops"
     service = make_service(data_dir)
-    stored = service.store_many(notes(149))
+    stored = store_many(service, notes(149))
     assert all("error" not in s for s in stored), [s for s in stored if "error" in s][:3]
     steps = [
         f"Open section {i} of the incident report and check every listed item" for i in range(40)
     ]
-    reply = service.store({"type": "procedural", "name": "incident review", "steps": steps})
+    reply = invoke(
+        service, "store", {"type": "procedural", "name": "incident review", "steps": steps}
+    )
     assert reply.get("chunks", 1) > 1
     service.close()
     yield data_dir
@@ -350,7 +354,7 @@ def test_an_interrupted_model_change_resumes_with_the_requested_model(
     data = tmp_path / "d"
     settings = make_settings(data, models_dir)
     service = build_service(settings, Options(explicit_model_tier=True))
-    stored = service.store({"content": "the release train leaves every second Tuesday"})
+    stored = invoke(service, "store", {"content": "the release train leaves every second Tuesday"})
     pin, variant = service.meta.get_meta(PIN_NAME), service.meta.get_meta(PIN_VARIANT)
     # The state `rebuild-index --model-tier small` leaves when killed right after unpinning.
     with service.meta.transaction():
@@ -363,7 +367,7 @@ def test_an_interrupted_model_change_resumes_with_the_requested_model(
     default_tier = make_settings(data, models_dir, model_tier="best")
     resumed = build_service(default_tier, Options(explicit_model_tier=False))
     try:
-        found = resumed.recall({"query": "when does the release train leave"})
+        found = invoke(resumed, "recall", {"query": "when does the release train leave"})
         assert [r["id"] for r in found["results"]] == [stored["id"]]
         assert resumed.meta.get_meta(PIN_NAME) == pin
         assert resumed.meta.get_meta(PIN_VARIANT) == variant

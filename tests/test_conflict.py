@@ -34,6 +34,8 @@ from ferrex.core.errors import FerrexError
 from ferrex.core.memory import Memory, MemoryType
 from ferrex.core.service import MemoryService
 from ferrex.embed.embedder import FastEmbedEmbedder
+from ferrex.server.calls import run_tool as invoke
+from ferrex.server.calls import store_many
 
 T0 = datetime(2026, 4, 10, 12, 0, tzinfo=UTC)
 JAN = datetime(2026, 1, 15, tzinfo=UTC)
@@ -145,7 +147,7 @@ def semantic_rows(service: MemoryService, namespace: str = "default") -> dict[st
 
 
 def recall_ids(service: MemoryService, **arguments: Any) -> set[str]:
-    response = service.recall({"limit": 20, **arguments})
+    response = invoke(service, "recall", {"limit": 20, **arguments})
     return {r["id"] for r in response["results"]}
 
 
@@ -272,8 +274,8 @@ def test_contradiction_groups_ignore_invalid_multi_valued_and_equal_objects() ->
 
 def test_exact_subject_predicate_match_supersedes(clocked: tuple[MemoryService, Clock]) -> None:
     service, _ = clocked
-    old = service.store(fact("api-server", "uses", "tokio 1.36", t_valid=iso(JAN)))
-    new = service.store(fact("API Server", "uses", "tokio 1.38", t_valid=iso(APR)))
+    old = invoke(service, "store", fact("api-server", "uses", "tokio 1.36", t_valid=iso(JAN)))
+    new = invoke(service, "store", fact("API Server", "uses", "tokio 1.38", t_valid=iso(APR)))
     assert new["status"] == "superseded" and new["superseded"] == [old["id"]]
     rows = semantic_rows(service)
     assert rows[old["id"]].t_invalid == APR  # = the incoming fact's t_valid
@@ -285,19 +287,19 @@ def test_t_invalid_defaults_to_now_when_no_t_valid_given(
     clocked: tuple[MemoryService, Clock],
 ) -> None:
     service, clock = clocked
-    old = service.store(fact("api-server", "uses", "tokio 1.36"))
+    old = invoke(service, "store", fact("api-server", "uses", "tokio 1.36"))
     clock.now = T0 + timedelta(hours=3)
-    service.store(fact("api-server", "depends-on", "tokio 1.38"))
+    invoke(service, "store", fact("api-server", "depends-on", "tokio 1.38"))
     assert semantic_rows(service)[old["id"]].t_invalid == T0 + timedelta(hours=3)
 
 
 def test_superseded_fact_is_history_not_current(clocked: tuple[MemoryService, Clock]) -> None:
     service, _ = clocked
-    old = service.store(fact("api-server", "uses", "tokio 1.36", t_valid=iso(JAN)))
-    new = service.store(fact("api-server", "depends-on", "tokio 1.38", t_valid=iso(APR)))
+    old = invoke(service, "store", fact("api-server", "uses", "tokio 1.36", t_valid=iso(JAN)))
+    new = invoke(service, "store", fact("api-server", "depends-on", "tokio 1.38", t_valid=iso(APR)))
     query = "what does api-server depend on"
     assert recall_ids(service, query=query) == {new["id"]}
-    history = service.recall({"query": query, "include_invalidated": True})["results"]
+    history = invoke(service, "recall", {"query": query, "include_invalidated": True})["results"]
     by_id = {r["id"]: r for r in history}
     assert set(by_id) == {old["id"], new["id"]}
     assert by_id[old["id"]]["freshness"]["staleness"] == "superseded"
@@ -313,9 +315,9 @@ def test_an_older_value_added_later_ends_where_the_next_known_value_began(
     where v2 began, not in Apr: as_of in March sees v2 alone."""
     service, _ = clocked
     query = "api-server runtime"
-    v2 = service.store(fact("api-server", "runtime", "node 18", t_valid=iso(FEB)))
-    v3 = service.store(fact("api-server", "runtime", "node 20", t_valid=iso(APR)))
-    v1 = service.store(fact("api-server", "runtime", "node 16", t_valid=iso(JAN)))
+    v2 = invoke(service, "store", fact("api-server", "runtime", "node 18", t_valid=iso(FEB)))
+    v3 = invoke(service, "store", fact("api-server", "runtime", "node 20", t_valid=iso(APR)))
+    v1 = invoke(service, "store", fact("api-server", "runtime", "node 16", t_valid=iso(JAN)))
     assert v1["status"] == "historical" and v1["superseded_by"] == v2["id"]
     rows = semantic_rows(service)
     assert rows[v1["id"]].t_invalid == FEB
@@ -326,8 +328,8 @@ def test_an_older_value_added_later_ends_where_the_next_known_value_began(
 
 def test_as_of_returns_what_was_valid_then(clocked: tuple[MemoryService, Clock]) -> None:
     service, _ = clocked
-    old = service.store(fact("api-server", "uses", "tokio 1.36", t_valid=iso(JAN)))
-    new = service.store(fact("api-server", "uses", "tokio 1.38", t_valid=iso(APR)))
+    old = invoke(service, "store", fact("api-server", "uses", "tokio 1.36", t_valid=iso(JAN)))
+    new = invoke(service, "store", fact("api-server", "uses", "tokio 1.38", t_valid=iso(APR)))
     query = "api-server tokio"
     assert recall_ids(service, query=query, as_of=iso(MAR)) == {old["id"]}
     assert recall_ids(service, query=query, as_of=iso(APR)) == {new["id"]}
@@ -337,8 +339,8 @@ def test_as_of_returns_what_was_valid_then(clocked: tuple[MemoryService, Clock])
 
 def test_audit_logs_which_fact_replaced_which_and_why(clocked: tuple[MemoryService, Clock]) -> None:
     service, _ = clocked
-    old = service.store(fact("api-server", "uses", "tokio 1.36", t_valid=iso(JAN)))
-    new = service.store(fact("api-server", "uses", "tokio 1.38", t_valid=iso(APR)))
+    old = invoke(service, "store", fact("api-server", "uses", "tokio 1.36", t_valid=iso(JAN)))
+    new = invoke(service, "store", fact("api-server", "uses", "tokio 1.38", t_valid=iso(APR)))
     [entry] = audit(service, "supersede")
     assert (entry["memory_id"], entry["other_id"]) == (old["id"], new["id"])
     assert entry["detail"] == {"reason": "superseded"} and entry["at"] == iso(T0)
@@ -350,10 +352,10 @@ def test_audit_logs_which_fact_replaced_which_and_why(clocked: tuple[MemoryServi
 
 def test_supersedes_bypasses_the_similarity_check(clocked: tuple[MemoryService, Clock]) -> None:
     service, clock = clocked
-    old = service.store(fact("api-server", "version", "2.1"))
+    old = invoke(service, "store", fact("api-server", "version", "2.1"))
     clock.now = T0 + timedelta(days=1)
     # Identical value: without supersedes this is a duplicate; with it, a direct replacement.
-    new = service.store(fact("api-server", "version", "2.1", supersedes=old["id"]))
+    new = invoke(service, "store", fact("api-server", "version", "2.1", supersedes=old["id"]))
     assert new["status"] == "superseded" and new["superseded"] == [old["id"]]
     rows = semantic_rows(service)
     assert rows[old["id"]].t_invalid == T0 + timedelta(days=1)
@@ -378,8 +380,8 @@ def test_a_look_alike_predicate_is_another_relation_not_a_supersede(
     second: tuple[str, str],
 ) -> None:
     service, _ = clocked
-    old = service.store(fact("web-app", *first))
-    new = service.store(fact("web-app", *second))
+    old = invoke(service, "store", fact("web-app", *first))
+    new = invoke(service, "store", fact("web-app", *second))
     assert new["status"] == "stored", new
     assert new["predicate"]["resolved_by"] in {"new", "synonym"}
     rows = semantic_rows(service)
@@ -392,10 +394,10 @@ def test_a_near_duplicate_under_another_predicate_is_refused_with_its_id(
     """The triple's cosine cannot tell a reworded relation from another one ("previous release
     version"): never merge silently; refuse loudly, naming the fact to supersede."""
     service, clock = clocked
-    old = service.store(fact("billing-api", "database version", "PostgreSQL 14"))
+    old = invoke(service, "store", fact("billing-api", "database version", "PostgreSQL 14"))
     clock.now = T0 + timedelta(days=1)
     with pytest.raises(FerrexError) as refused:
-        service.store(fact("billing-api", "db version", "PostgreSQL 14"))
+        invoke(service, "store", fact("billing-api", "db version", "PostgreSQL 14"))
     assert refused.value.code == "duplicate"
     assert refused.value.details["existing_id"] == old["id"]
     assert f'supersedes="{old["id"]}"' in refused.value.message
@@ -406,11 +408,13 @@ def test_a_backdated_supersede_never_inverts_the_old_interval(
     clocked: tuple[MemoryService, Clock],
 ) -> None:
     service, clock = clocked
-    old = service.store(fact("api-server", "region", "eu-west", t_valid=iso(T0)))
+    old = invoke(service, "store", fact("api-server", "region", "eu-west", t_valid=iso(T0)))
     clock.now = T0 + timedelta(days=2)
     earlier = iso(T0 - timedelta(days=30))
-    new = service.store(
-        fact("api-server", "region", "us-east", t_valid=earlier, supersedes=old["id"])
+    new = invoke(
+        service,
+        "store",
+        fact("api-server", "region", "us-east", t_valid=earlier, supersedes=old["id"]),
     )
     assert new["status"] == "superseded"
     rows = semantic_rows(service)
@@ -421,8 +425,10 @@ def test_a_backdated_supersede_never_inverts_the_old_interval(
 
 def test_supersedes_works_across_predicates(clocked: tuple[MemoryService, Clock]) -> None:
     service, _ = clocked
-    old = service.store(fact("api-server", "license", "MIT"))
-    new = service.store(fact("api-server", "relicensed_as", "Apache-2.0", supersedes=old["id"]))
+    old = invoke(service, "store", fact("api-server", "license", "MIT"))
+    new = invoke(
+        service, "store", fact("api-server", "relicensed_as", "Apache-2.0", supersedes=old["id"])
+    )
     assert semantic_rows(service)[old["id"]].superseded_by == new["id"]
 
 
@@ -431,12 +437,18 @@ def test_supersedes_unknown_id_is_a_clear_error_and_writes_nothing(
     clocked: tuple[MemoryService, Clock], namespace_of_target: str
 ) -> None:
     service, _ = clocked
-    target = service.store(fact("api-server", "uses", "tokio", namespace=namespace_of_target))
+    target = invoke(
+        service, "store", fact("api-server", "uses", "tokio", namespace=namespace_of_target)
+    )
     unknown = "mem_000000000000deadbeef" if namespace_of_target == "default" else target["id"]
     before = (service.meta.count_memories(), len(service.meta.audit_entries(limit=1000)))
     points = service.index.points_by_memory()
     with pytest.raises(FerrexError) as error:
-        service.store(fact("api-server", "uses", "axum", supersedes=unknown, entities=["axum"]))
+        invoke(
+            service,
+            "store",
+            fact("api-server", "uses", "axum", supersedes=unknown, entities=["axum"]),
+        )
     assert error.value.code == "not_found" and unknown in error.value.message
     assert "Nothing was stored" in error.value.message
     after = (service.meta.count_memories(), len(service.meta.audit_entries(limit=1000)))
@@ -452,19 +464,19 @@ def test_superseding_a_value_already_replaced_is_refused_with_the_current_id(
     current values (and report a supersede that did not happen), so the store is refused with
     the id of today's value, and nothing changes."""
     service, _ = clocked
-    first = service.store(fact("svc", "version", "1.0", t_valid="2026-01-01"))
-    second = service.store(fact("svc", "version", "2.0", t_valid="2026-02-01"))
+    first = invoke(service, "store", fact("svc", "version", "1.0", t_valid="2026-01-01"))
+    second = invoke(service, "store", fact("svc", "version", "2.0", t_valid="2026-02-01"))
     assert second["superseded"] == [first["id"]]
     before = service.meta.count_memories()
     with pytest.raises(FerrexError) as error:
-        service.store(fact("svc", "version", "3.0", supersedes=first["id"]))
+        invoke(service, "store", fact("svc", "version", "3.0", supersedes=first["id"]))
     assert error.value.code == "not_current"
     assert error.value.details["current_id"] == second["id"]
     assert second["id"] in error.value.message and "Nothing was stored" in error.value.message
     assert service.meta.count_memories() == before
     assert service.meta.get_memory(second["id"]).t_invalid is None
     # Superseding the current value works.
-    third = service.store(fact("svc", "version", "3.0", supersedes=second["id"]))
+    third = invoke(service, "store", fact("svc", "version", "3.0", supersedes=second["id"]))
     assert third["superseded"] == [second["id"]]
 
 
@@ -479,9 +491,9 @@ def test_supersedes_never_crosses_memory_types(
     clocked: tuple[MemoryService, Clock], incoming: dict[str, Any]
 ) -> None:
     service, _ = clocked
-    target = service.store(fact("api-server", "deploy day", "friday"))
+    target = invoke(service, "store", fact("api-server", "deploy day", "friday"))
     with pytest.raises(FerrexError) as error:
-        service.store({**incoming, "supersedes": target["id"]})
+        invoke(service, "store", {**incoming, "supersedes": target["id"]})
     assert error.value.code == "invalid_params"
     assert error.value.details["field"] == "supersedes"
     assert service.meta.get_memory(target["id"]).t_invalid is None
@@ -512,19 +524,27 @@ def test_dependencies_of_other_names_stay_current_and_a_new_version_replaces_its
     are both current; pydantic 2.7 replaces pydantic 2.5 and leaves FastAPI alone; nothing is
     flagged as a contradiction; "(X, uses, v1) then (X, depends-on, v2)" still supersedes."""
     service = make_service(clock=Clock(T0), conflict={"keyed_predicates": ["depends_on"]})
-    fastapi = service.store(fact("atlas-api", "uses", "FastAPI 0.110", t_valid="2024-01-10"))
-    old = service.store(fact("atlas-api", "depends on", "pydantic 2.5", t_valid="2024-01-10"))
+    fastapi = invoke(
+        service, "store", fact("atlas-api", "uses", "FastAPI 0.110", t_valid="2024-01-10")
+    )
+    old = invoke(
+        service, "store", fact("atlas-api", "depends on", "pydantic 2.5", t_valid="2024-01-10")
+    )
     assert old["status"] == "stored" and old["also_current"] == [fastapi["id"]]
-    new = service.store(fact("atlas-api", "requires", "pydantic 2.7", t_valid="2024-06-01"))
+    new = invoke(
+        service, "store", fact("atlas-api", "requires", "pydantic 2.7", t_valid="2024-06-01")
+    )
     assert new["status"] == "superseded" and new["superseded"] == [old["id"]]
     assert new["also_current"] == [fastapi["id"]]
     assert current_objects(service, "atlas-api") == {"FastAPI 0.110", "pydantic 2.7"}
-    results = service.recall({"query": "which pydantic does atlas-api depend on", "limit": 5})
+    results = invoke(
+        service, "recall", {"query": "which pydantic does atlas-api depend on", "limit": 5}
+    )
     assert old["id"] not in [r["id"] for r in results["results"]]
     assert not any(r.get("contradiction") for r in results["results"])
-    assert service.reflect({})["contradictions"] == []
-    first = service.store(fact("X", "uses", "v1"))
-    second = service.store(fact("X", "depends-on", "v2"))
+    assert invoke(service, "reflect", {})["contradictions"] == []
+    first = invoke(service, "store", fact("X", "uses", "v1"))
+    second = invoke(service, "store", fact("X", "depends-on", "v2"))
     assert second["superseded"] == [first["id"]]
 
 
@@ -532,8 +552,8 @@ def test_an_explicit_multi_valued_flag_keeps_even_same_named_values(
     make_service: ServiceFactory,
 ) -> None:
     service = make_service(clock=Clock(T0), conflict={"keyed_predicates": ["depends_on"]})
-    service.store(fact("lab", "uses", "python 3.11"))
-    both = service.store(fact("lab", "uses", "python 3.12", multi_valued=True))
+    invoke(service, "store", fact("lab", "uses", "python 3.11"))
+    both = invoke(service, "store", fact("lab", "uses", "python 3.12", multi_valued=True))
     assert both["status"] == "stored" and both["multi_valued"] is True
     assert current_objects(service, "lab") == {"python 3.11", "python 3.12"}
 
@@ -543,8 +563,8 @@ def test_an_explicit_multi_valued_flag_keeps_even_same_named_values(
 
 def test_same_confidence_more_recent_wins_both_orders(clocked: tuple[MemoryService, Clock]) -> None:
     service, _ = clocked
-    current = service.store(fact("api-server", "uses", "tokio 1.38", t_valid=iso(MAR)))
-    older = service.store(fact("api-server", "uses", "tokio 1.36", t_valid=iso(FEB)))
+    current = invoke(service, "store", fact("api-server", "uses", "tokio 1.38", t_valid=iso(MAR)))
+    older = invoke(service, "store", fact("api-server", "uses", "tokio 1.36", t_valid=iso(FEB)))
     assert older["status"] == "historical" and older["superseded_by"] == current["id"]
     rows = semantic_rows(service)
     assert rows[current["id"]].t_invalid is None
@@ -553,7 +573,7 @@ def test_same_confidence_more_recent_wins_both_orders(clocked: tuple[MemoryServi
     assert recall_ids(service, query="api-server tokio", as_of=iso(FEB)) == {older["id"]}
     [entry] = audit(service, "historical")
     assert (entry["memory_id"], entry["other_id"]) == (older["id"], current["id"])
-    newer = service.store(fact("api-server", "uses", "tokio 1.40", t_valid=iso(APR)))
+    newer = invoke(service, "store", fact("api-server", "uses", "tokio 1.40", t_valid=iso(APR)))
     assert newer["status"] == "superseded" and newer["superseded"] == [current["id"]]
 
 
@@ -564,14 +584,16 @@ def test_duplicate_keeps_higher_confidence_and_bumps_last_validated(
     clocked: tuple[MemoryService, Clock],
 ) -> None:
     service, clock = clocked
-    original = service.store(fact("api-server", "uses", "tokio 1.38", confidence=0.6))
+    original = invoke(service, "store", fact("api-server", "uses", "tokio 1.38", confidence=0.6))
     count = service.meta.count_memories()
     clock.now = T0 + timedelta(days=2)
-    higher = service.store(fact("api-server", "depends_on", " Tokio 1.38", confidence=0.9))
+    higher = invoke(
+        service, "store", fact("api-server", "depends_on", " Tokio 1.38", confidence=0.9)
+    )
     assert higher["status"] == "duplicate" and higher["duplicate_of"] == original["id"]
     assert higher["id"] == original["id"] and higher["confidence"] == 0.9
     clock.now = T0 + timedelta(days=5)
-    lower = service.store(fact("api-server", "uses", "tokio 1.38", confidence=0.3))
+    lower = invoke(service, "store", fact("api-server", "uses", "tokio 1.38", confidence=0.3))
     assert lower["status"] == "duplicate" and lower["confidence"] == 0.9
     row = service.meta.get_memory(original["id"])
     assert row.confidence == 0.9 and row.last_validated == T0 + timedelta(days=5)
@@ -584,12 +606,12 @@ def test_middle_ground_objects_are_decided_by_embedding(
     clocked: tuple[MemoryService, Clock],
 ) -> None:
     service, _ = clocked
-    proxy = service.store(fact("edge", "runs", MIDDLE_SAME[0]))
-    again = service.store(fact("edge", "runs", MIDDLE_SAME[1]))
+    proxy = invoke(service, "store", fact("edge", "runs", MIDDLE_SAME[0]))
+    again = invoke(service, "store", fact("edge", "runs", MIDDLE_SAME[1]))
     assert again["status"] == "duplicate" and again["similarity"]["method"] == "embedding"
     assert again["duplicate_of"] == proxy["id"]
-    runtime = service.store(fact("worker", "runs", MIDDLE_DIFFERENT[0]))
-    other = service.store(fact("worker", "runs", MIDDLE_DIFFERENT[1]))
+    runtime = invoke(service, "store", fact("worker", "runs", MIDDLE_DIFFERENT[0]))
+    other = invoke(service, "store", fact("worker", "runs", MIDDLE_DIFFERENT[1]))
     assert other["status"] == "superseded" and other["superseded"] == [runtime["id"]]
     assert other["similarity"]["method"] == "embedding"
     assert other["similarity"]["score"] < 0.95
@@ -600,35 +622,35 @@ def test_middle_ground_objects_are_decided_by_embedding(
 
 def test_configured_multi_valued_predicate_keeps_every_value(make_service: ServiceFactory) -> None:
     service = make_service(conflict={"multi_valued_predicates": ["has_contributor"]})
-    alice = service.store(fact("api-server", "has_contributor", "alice"))
-    bob = service.store(fact("api-server", "has-contributor", "bob"))
+    alice = invoke(service, "store", fact("api-server", "has_contributor", "alice"))
+    bob = invoke(service, "store", fact("api-server", "has-contributor", "bob"))
     assert bob["status"] == "stored" and bob["multi_valued"] is True
     assert bob["also_current"] == [alice["id"]]
     rows = semantic_rows(service)
     assert all(m.t_invalid is None and m.multi_valued for m in rows.values())
-    results = service.recall({"query": "api-server contributor", "limit": 10})["results"]
+    results = invoke(service, "recall", {"query": "api-server contributor", "limit": 10})["results"]
     assert {r["id"] for r in results} == {alice["id"], bob["id"]}
     assert all(r["multi_valued"] and "contradiction" not in r for r in results)
-    assert service.reflect({})["contradictions"] == []
+    assert invoke(service, "reflect", {})["contradictions"] == []
     [entry] = audit(service, "multi_valued")
     assert entry["memory_id"] == bob["id"] and entry["detail"]["also_current"] == [alice["id"]]
 
 
 def test_configured_multi_valued_covers_the_synonym_family(make_service: ServiceFactory) -> None:
     service = make_service(conflict={"multi_valued_predicates": ["uses"]})
-    service.store(fact("api-server", "uses", "tokio"))
-    serde = service.store(fact("api-server", "requires", "serde"))
+    invoke(service, "store", fact("api-server", "uses", "tokio"))
+    serde = invoke(service, "store", fact("api-server", "requires", "serde"))
     assert serde["status"] == "stored" and serde["multi_valued"] is True
     assert audit(service, "supersede") == []
 
 
 def test_explicit_multi_valued_flag(clocked: tuple[MemoryService, Clock]) -> None:
     service, _ = clocked
-    tokio = service.store(fact("api-server", "uses", "tokio"))
-    serde = service.store(fact("api-server", "uses", "serde", multi_valued=True))
+    tokio = invoke(service, "store", fact("api-server", "uses", "tokio"))
+    serde = invoke(service, "store", fact("api-server", "uses", "serde", multi_valued=True))
     assert serde["multi_valued"] is True and serde["also_current"] == [tokio["id"]]
     # Once tagged, the (subject, predicate) keeps collecting values.
-    axum = service.store(fact("api-server", "uses", "axum"))
+    axum = invoke(service, "store", fact("api-server", "uses", "axum"))
     assert axum["status"] == "stored" and axum["multi_valued"] is True
     rows = semantic_rows(service)
     assert {m.object for m in rows.values() if m.t_invalid is None} == {"tokio", "serde", "axum"}
@@ -642,18 +664,18 @@ def test_lower_confidence_fact_is_a_flagged_contradiction(
     clocked: tuple[MemoryService, Clock],
 ) -> None:
     service, _ = clocked
-    strong = service.store(fact("api-server", "uses", "tokio 1.38", confidence=0.95))
-    weak = service.store(fact("api-server", "depends-on", "tokio 1.40", confidence=0.5))
+    strong = invoke(service, "store", fact("api-server", "uses", "tokio 1.38", confidence=0.95))
+    weak = invoke(service, "store", fact("api-server", "depends-on", "tokio 1.40", confidence=0.5))
     assert weak["status"] == "contradiction" and weak["contradicts"] == [strong["id"]]
     rows = semantic_rows(service)
     assert rows[strong["id"]].t_invalid is None and rows[weak["id"]].t_invalid is None
-    results = service.recall({"query": "api-server tokio", "limit": 10})["results"]
+    results = invoke(service, "recall", {"query": "api-server tokio", "limit": 10})["results"]
     flagged = {r["id"]: r for r in results}
     assert set(flagged) == {strong["id"], weak["id"]}
     assert flagged[strong["id"]]["contradiction"] is True
     assert flagged[strong["id"]]["contradicts"] == [weak["id"]]
     assert flagged[weak["id"]]["contradicts"] == [strong["id"]]
-    [group] = service.reflect({})["contradictions"]
+    [group] = invoke(service, "reflect", {})["contradictions"]
     assert {f["id"] for f in group["facts"]} == {strong["id"], weak["id"]}
     [entry] = audit(service, "contradiction")
     assert entry["memory_id"] == weak["id"]
@@ -666,13 +688,13 @@ def test_a_stale_contradiction_partner_is_counted_as_held_back(
     """The flag names the stale side; it is not returned by default, and the response counts it
     (so the agent knows to ask with include_stale) whatever the limit."""
     service, clock = clocked
-    strong = service.store(fact("api-server", "uses", "tokio 1.38", confidence=0.95))
+    strong = invoke(service, "store", fact("api-server", "uses", "tokio 1.38", confidence=0.95))
     clock.now += timedelta(days=200)  # never validated: stale at 180 days
-    weak = service.store(fact("api-server", "depends-on", "tokio 1.40", confidence=0.5))
+    weak = invoke(service, "store", fact("api-server", "depends-on", "tokio 1.40", confidence=0.5))
     assert weak["status"] == "contradiction"
     for limit in (1, 5):
         query = "api-server depends on tokio 1.40"
-        response = service.recall({"query": query, "limit": limit})
+        response = invoke(service, "recall", {"query": query, "limit": limit})
         assert [r["id"] for r in response["results"]] == [weak["id"]]
         assert response["results"][0]["contradicts"] == [strong["id"]]
         assert response["stale_held_back"] == 1, limit
@@ -683,10 +705,12 @@ def test_both_sides_of_a_contradiction_are_returned_even_past_the_limit(
 ) -> None:
     """Spec Layer 4: "both are returned with a contradiction: true flag"."""
     service, _ = clocked
-    strong = service.store(fact("api-server", "uses", "tokio 1.38", confidence=0.95))
-    weak = service.store(fact("api-server", "uses", "tokio 1.40", confidence=0.5))
-    service.store({"content": "unrelated note about the office coffee machine"})
-    answer = service.recall({"query": "api-server tokio", "limit": 1, "types": ["semantic"]})
+    strong = invoke(service, "store", fact("api-server", "uses", "tokio 1.38", confidence=0.95))
+    weak = invoke(service, "store", fact("api-server", "uses", "tokio 1.40", confidence=0.5))
+    invoke(service, "store", {"content": "unrelated note about the office coffee machine"})
+    answer = invoke(
+        service, "recall", {"query": "api-server tokio", "limit": 1, "types": ["semantic"]}
+    )
     first, second = answer["results"]
     other = weak["id"] if first["id"] == strong["id"] else strong["id"]
     assert first["contradiction"] is True and first["contradicts"] == [other]
@@ -695,8 +719,10 @@ def test_both_sides_of_a_contradiction_are_returned_even_past_the_limit(
     assert second["content"] == f"api-server uses {second['object']}"
     assert answer["count"] == 2
     # Under a token budget the page stays as cut; the flag still names the other fact.
-    budgeted = service.recall(
-        {"query": "api-server tokio", "limit": 1, "types": ["semantic"], "max_tokens": 500}
+    budgeted = invoke(
+        service,
+        "recall",
+        {"query": "api-server tokio", "limit": 1, "types": ["semantic"], "max_tokens": 500},
     )
     [only] = budgeted["results"]
     assert only["contradicts"] == [other]
@@ -706,17 +732,19 @@ def test_a_view_of_the_past_gets_no_contradiction_partners_from_today(
     clocked: tuple[MemoryService, Clock],
 ) -> None:
     service, _ = clocked
-    strong = service.store(fact("api-server", "uses", "tokio 1.38", t_valid=iso(JAN)))
-    weak = service.store(fact("api-server", "uses", "tokio 1.40", t_valid=iso(APR), confidence=0.5))
+    strong = invoke(service, "store", fact("api-server", "uses", "tokio 1.38", t_valid=iso(JAN)))
+    weak = invoke(
+        service, "store", fact("api-server", "uses", "tokio 1.40", t_valid=iso(APR), confidence=0.5)
+    )
     assert weak["status"] == "contradiction"
     past = {"query": "api-server tokio", "types": ["semantic"], "limit": 1}
     for view in ({"as_of": iso(FEB)}, {"time_range": {"after": iso(JAN), "before": iso(FEB)}}):
-        results = service.recall({**past, **view})["results"]
+        results = invoke(service, "recall", {**past, **view})["results"]
         assert [r["id"] for r in results] == [strong["id"]], view
     # In February the April value did not exist yet: nothing contradicted the fact then.
-    [then] = service.recall({**past, "as_of": iso(FEB)})["results"]
+    [then] = invoke(service, "recall", {**past, "as_of": iso(FEB)})["results"]
     assert "contradiction" not in then
-    [now] = service.recall({**past, "as_of": iso(T0)})["results"][:1]
+    [now] = invoke(service, "recall", {**past, "as_of": iso(T0)})["results"][:1]
     assert now["contradiction"] is True
 
 
@@ -724,28 +752,36 @@ def test_resolving_a_contradiction_with_supersedes_clears_the_flag(
     clocked: tuple[MemoryService, Clock],
 ) -> None:
     service, _ = clocked
-    strong = service.store(fact("api-server", "uses", "tokio 1.38", confidence=0.95))
-    weak = service.store(fact("api-server", "uses", "tokio 1.40", confidence=0.5))
-    fixed = service.store(
-        fact("api-server", "uses", "tokio 1.40", confidence=1.0, supersedes=strong["id"])
+    strong = invoke(service, "store", fact("api-server", "uses", "tokio 1.38", confidence=0.95))
+    weak = invoke(service, "store", fact("api-server", "uses", "tokio 1.40", confidence=0.5))
+    fixed = invoke(
+        service,
+        "store",
+        fact("api-server", "uses", "tokio 1.40", confidence=1.0, supersedes=strong["id"]),
     )
     assert fixed["superseded"] == [strong["id"]]
-    service.forget({"ids": [weak["id"]]})
-    results = service.recall({"query": "api-server tokio"})["results"]
+    invoke(service, "forget", {"ids": [weak["id"]]})
+    results = invoke(service, "recall", {"query": "api-server tokio"})["results"]
     assert [r["id"] for r in results] == [fixed["id"]] and "contradiction" not in results[0]
 
 
 def test_contradictions_never_cross_namespaces(clocked: tuple[MemoryService, Clock]) -> None:
     service, _ = clocked
-    a = service.store(fact("api-server", "uses", "tokio 1.36", namespace="team-a"))
-    b = service.store(fact("api-server", "uses", "tokio 1.38", namespace="team-b", confidence=0.4))
+    a = invoke(service, "store", fact("api-server", "uses", "tokio 1.36", namespace="team-a"))
+    b = invoke(
+        service,
+        "store",
+        fact("api-server", "uses", "tokio 1.38", namespace="team-b", confidence=0.4),
+    )
     assert b["status"] == "stored"
     assert service.meta.get_memory(a["id"]).t_invalid is None
     for namespace, own in (("team-a", a["id"]), ("team-b", b["id"])):
-        results = service.recall({"query": "api-server tokio", "namespace": namespace})["results"]
+        results = invoke(service, "recall", {"query": "api-server tokio", "namespace": namespace})[
+            "results"
+        ]
         assert [r["id"] for r in results] == [own]
         assert "contradiction" not in results[0]
-        assert service.reflect({"namespace": namespace})["contradictions"] == []
+        assert invoke(service, "reflect", {"namespace": namespace})["contradictions"] == []
     assert audit(service, "supersede", "team-a") == audit(service, "supersede", "team-b") == []
 
 
@@ -756,8 +792,10 @@ def test_subject_listed_among_entities_is_still_the_subject(
     clocked: tuple[MemoryService, Clock],
 ) -> None:
     service, _ = clocked
-    old = service.store(fact("api-server", "uses", "tokio 1.36", entities=["tokio", "api-server"]))
-    new = service.store(fact("api-server", "uses", "tokio 1.38", entities=["tokio"]))
+    old = invoke(
+        service, "store", fact("api-server", "uses", "tokio 1.36", entities=["tokio", "api-server"])
+    )
+    new = invoke(service, "store", fact("api-server", "uses", "tokio 1.38", entities=["tokio"]))
     assert new["status"] == "superseded" and new["superseded"] == [old["id"]]
     rows = semantic_rows(service)
     assert rows[old["id"]].subject_entity_id == rows[new["id"]].subject_entity_id
@@ -765,11 +803,12 @@ def test_subject_listed_among_entities_is_still_the_subject(
 
 def test_bulk_ingestion_resolves_conflicts_in_order(clocked: tuple[MemoryService, Clock]) -> None:
     service, _ = clocked
-    old, new = service.store_many(
+    old, new = store_many(
+        service,
         [
             fact("api-server", "uses", "tokio 1.36", t_valid=iso(JAN)),
             fact("api-server", "depends-on", "tokio 1.38", t_valid=iso(APR)),
-        ]
+        ],
     )
     assert new["status"] == "superseded" and new["superseded"] == [old["id"]]
     assert recall_ids(service, query="api-server tokio") == {new["id"]}
@@ -780,12 +819,18 @@ def test_entities_named_with_a_duplicate_fact_join_the_kept_fact(
     clocked: tuple[MemoryService, Clock],
 ) -> None:
     service, _ = clocked
-    kept = service.store(fact("api-server", "uses", "tokio", entities=["tokio"]))
-    again = service.store(fact("api-server", "uses", "tokio", entities=["async runtime"]))
+    kept = invoke(service, "store", fact("api-server", "uses", "tokio", entities=["tokio"]))
+    again = invoke(
+        service, "store", fact("api-server", "uses", "tokio", entities=["async runtime"])
+    )
     assert again["status"] == "duplicate"
     # The kept fact's index payload was refreshed: it must still be a current fact.
-    assert [r["id"] for r in service.recall({"query": "api-server"})["results"]] == [kept["id"]]
-    found = service.recall({"query": "api-server", "entities": ["async runtime"]})["results"]
+    assert [r["id"] for r in invoke(service, "recall", {"query": "api-server"})["results"]] == [
+        kept["id"]
+    ]
+    found = invoke(service, "recall", {"query": "api-server", "entities": ["async runtime"]})[
+        "results"
+    ]
     assert [r["id"] for r in found] == [kept["id"]]
     assert sorted(found[0]["entities"]) == ["api-server", "async runtime", "tokio"]
     entity_ids = [e["id"] for e in service.meta.entities_of_namespace("default")]

@@ -28,6 +28,8 @@ from ferrex.core.clock import to_iso
 from ferrex.core.lifecycle import relevance_score
 from ferrex.core.memory import Memory, MemoryType
 from ferrex.core.service import MemoryService
+from ferrex.server.calls import run_tool as invoke
+from ferrex.server.calls import store_many
 
 T0 = datetime(2025, 1, 1, 9, 0, tzinfo=UTC)
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -100,9 +102,11 @@ def test_decay_counts_from_creation_not_from_the_event_time() -> None:
 def test_configured_half_life_shows_in_reflect(make_service: ServiceFactory) -> None:
     clock = MovableClock(NOW)
     service = make_service(clock=clock, lifecycle={"episodic_half_life_days": 40})
-    stored = service.store({"content": "the staging cluster ran out of disk during the release"})
+    stored = invoke(
+        service, "store", {"content": "the staging cluster ran out of disk during the release"}
+    )
     clock.advance(40)  # aging: a forget candidate
-    candidates = service.reflect({})["forget_candidates"]
+    candidates = invoke(service, "reflect", {})["forget_candidates"]
     assert [(c["id"], c["relevance"]) for c in candidates] == [(stored["id"], 0.5)]
 
 
@@ -110,7 +114,7 @@ def test_configured_half_life_shows_in_reflect(make_service: ServiceFactory) -> 
 
 
 def store(service: MemoryService, **arguments: Any) -> str:
-    result = service.store(arguments)
+    result = invoke(service, "store", arguments)
     assert result["status"] in {"stored", "superseded"}, result
     return str(result["id"])
 
@@ -173,8 +177,10 @@ NEVER_EVICTED = [
 def levels(service: MemoryService, ids: dict[str, str]) -> dict[str, str]:
     fresh = {
         r["id"]: r["freshness"]["staleness"]
-        for r in service.recall(
-            {"query": "team", "limit": 50, "include_stale": True, "include_invalidated": True}
+        for r in invoke(
+            service,
+            "recall",
+            {"query": "team", "limit": 50, "include_stale": True, "include_invalidated": True},
         )["results"]
     }
     return {name: fresh.get(memory_id, "?") for name, memory_id in ids.items()}
@@ -219,7 +225,7 @@ def test_budget_evicts_in_the_spec_priority_order(make_service: ServiceFactory) 
     points = service.index.points_by_memory()
     assert not any(ids[name] in points for name in EVICTION_ORDER)
     assert all(ids[name] in points for name in NEVER_EVICTED)
-    evictions = service.stats({"detailed": True})["evictions"]
+    evictions = invoke(service, "stats", {"detailed": True})["evictions"]
     assert evictions == {"total": 5, "last_at": to_iso(clock.current)}
 
 
@@ -232,14 +238,16 @@ def test_storing_over_budget_evicts_automatically(make_service: ServiceFactory) 
     clock.advance(200)
     fact = store(service, subject="office", predicate="located_in", object="Berlin")
     assert service.meta.count_memories() == 3
-    answer = service.store({"content": "the design review for the new search page is on Friday"})
+    answer = invoke(
+        service, "store", {"content": "the design review for the new search page is on Friday"}
+    )
     # One over budget: of the two stale episodes, the least relevant (older) goes first, and
     # the store says so.
     assert answer["status"] == "stored" and answer["evicted"] == 1
     assert not service.meta.memory_exists(older)
     assert all(service.meta.memory_exists(i) for i in (old, fact, answer["id"]))
-    assert service.stats({"detailed": True})["evictions"]["total"] == 1
-    quiet = service.store({"content": "the lift on floor 2 is being serviced on Monday"})
+    assert invoke(service, "stats", {"detailed": True})["evictions"]["total"] == 1
+    quiet = invoke(service, "store", {"content": "the lift on floor 2 is being serviced on Monday"})
     assert quiet["evicted"] == 1  # one more over: the 200-day-old episode goes
     assert not service.meta.memory_exists(old)
     assert service.meta.memory_exists(quiet["id"])
@@ -251,19 +259,25 @@ def test_a_store_never_evicts_what_it_just_wrote(make_service: ServiceFactory) -
     (a store answering "stored" must never leave a memory that is already gone)."""
     staleness = {"namespaces": {"scratch": {"episodic": {"fresh": 0, "aging": 0, "stale": 0}}}}
     service = make_service(clock=lambda: NOW, staleness=staleness, lifecycle={"max_memories": 1})
-    pinned = service.store({"content": "the founders never store card numbers", "pinned": True})
-    answer = service.store({"content": "the test rig was rebooted", "namespace": "scratch"})
+    pinned = invoke(
+        service, "store", {"content": "the founders never store card numbers", "pinned": True}
+    )
+    answer = invoke(
+        service, "store", {"content": "the test rig was rebooted", "namespace": "scratch"}
+    )
     assert answer["status"] == "stored" and "evicted" not in answer
     assert service.meta.memory_exists(answer["id"])
     assert service.meta.memory_exists(pinned["id"])
     assert (
-        service.recall({"query": "test rig", "namespace": "scratch", "include_stale": True})[
-            "count"
-        ]
+        invoke(
+            service, "recall", {"query": "test rig", "namespace": "scratch", "include_stale": True}
+        )["count"]
         == 1
     )
     # The next store may evict it (it is stale and over budget), but not itself.
-    second = service.store({"content": "the build cache was wiped", "namespace": "scratch"})
+    second = invoke(
+        service, "store", {"content": "the build cache was wiped", "namespace": "scratch"}
+    )
     assert second["evicted"] == 1
     assert not service.meta.memory_exists(answer["id"])
     assert service.meta.memory_exists(second["id"])
@@ -272,9 +286,10 @@ def test_a_store_never_evicts_what_it_just_wrote(make_service: ServiceFactory) -
 def test_store_many_never_evicts_its_own_batch(make_service: ServiceFactory) -> None:
     staleness = {"namespaces": {"scratch": {"episodic": {"fresh": 0, "aging": 0, "stale": 0}}}}
     service = make_service(clock=lambda: NOW, staleness=staleness, lifecycle={"max_memories": 2})
-    earlier = service.store({"content": "rebooted rack one", "namespace": "scratch"})
-    batch = service.store_many(
-        [{"content": f"rebooted rack {n}", "namespace": "scratch"} for n in ("two", "three")]
+    earlier = invoke(service, "store", {"content": "rebooted rack one", "namespace": "scratch"})
+    batch = store_many(
+        service,
+        [{"content": f"rebooted rack {n}", "namespace": "scratch"} for n in ("two", "three")],
     )
     assert [b["status"] for b in batch] == ["stored", "stored"]
     assert batch[-1]["evicted"] == 1 and "evicted" not in batch[0]
@@ -289,9 +304,12 @@ def test_a_store_many_call_of_several_batches_never_evicts_its_own_writes(
     never evicted by a later one (every answer says stored, and every stored memory exists)."""
     staleness = {"namespaces": {"scratch": {"episodic": {"fresh": 0, "aging": 0, "stale": 0}}}}
     service = make_service(clock=lambda: NOW, staleness=staleness, lifecycle={"max_memories": 2})
-    earlier = service.store({"content": "the mail relay queue was purged", "namespace": "scratch"})
+    earlier = invoke(
+        service, "store", {"content": "the mail relay queue was purged", "namespace": "scratch"}
+    )
     names = ("alpha payments", "billing ledger", "kafka broker", "dns resolver", "mail relay")
-    answers = service.store_many(
+    answers = store_many(
+        service,
         [
             {"content": f"{n}: the {n} rack of servers was rebooted", "namespace": "scratch"}
             for n in names
@@ -310,10 +328,14 @@ def test_a_store_never_evicts_the_memory_its_answer_says_it_superseded(
 ) -> None:
     staleness = {"namespaces": {"scratch": {"episodic": {"fresh": 0, "aging": 0, "stale": 0}}}}
     service = make_service(clock=lambda: NOW, staleness=staleness, lifecycle={"max_memories": 2})
-    first = service.store({"content": "standup moved to 9am", "namespace": "scratch"})
-    other = service.store({"content": "the office wifi was replaced", "namespace": "scratch"})
-    answer = service.store(
-        {"content": "standup moved to 10am", "namespace": "scratch", "supersedes": first["id"]}
+    first = invoke(service, "store", {"content": "standup moved to 9am", "namespace": "scratch"})
+    other = invoke(
+        service, "store", {"content": "the office wifi was replaced", "namespace": "scratch"}
+    )
+    answer = invoke(
+        service,
+        "store",
+        {"content": "standup moved to 10am", "namespace": "scratch", "supersedes": first["id"]},
     )
     assert answer["superseded"] == [first["id"]]
     assert service.meta.memory_exists(first["id"])
@@ -331,22 +353,24 @@ def test_an_old_event_recorded_today_is_fresh_recalled_and_kept(
     recorded_long_ago = store(service, content="the billing database failed over to the replica")
     clock.advance(120)
     event = to_iso(NOW - timedelta(days=120))
-    answer = service.store(
+    answer = invoke(
+        service,
+        "store",
         {
             "content": "the billing database failover in March was caused by a full disk",
             "timestamp": event,
-        }
+        },
     )
     assert answer["status"] == "stored" and answer["evicted"] == 1
     assert not service.meta.memory_exists(recorded_long_ago)
-    found = service.recall({"query": "billing database failover"})
+    found = invoke(service, "recall", {"query": "billing database failover"})
     assert found["stale_held_back"] == 0
     [result] = found["results"]
     assert result["id"] == answer["id"] and result["timestamp"] == event
     assert result["age_days"] == 0 and result["freshness"]["staleness"] == "fresh"
     assert service.enforce_budget() == 0
     assert service.meta.memory_exists(answer["id"])
-    assert service.stats({})["needs_attention"]["stale_count"] == 0
+    assert invoke(service, "stats", {})["needs_attention"]["stale_count"] == 0
 
 
 def test_storage_size_budget_evicts_only_what_may_go(make_service: ServiceFactory) -> None:
@@ -411,14 +435,18 @@ def test_superseded_episodes_past_retention_go_even_under_budget_but_procedures_
     service = make_service(clock=clock)
     old_episode = store(service, content="standup moved to 9am")
     pinned_episode = store(service, content="the office wifi rotates monthly", pinned=True)
-    version_one = service.store(
-        {"type": "procedural", "name": "deploy", "steps": ["build", "push", "restart"]}
+    version_one = invoke(
+        service,
+        "store",
+        {"type": "procedural", "name": "deploy", "steps": ["build", "push", "restart"]},
     )["id"]
     clock.advance(1)
     new_episode = store(service, content="standup moved to 10am instead", supersedes=old_episode)
     store(service, content="the office wifi rotates weekly now", supersedes=pinned_episode)
-    version_two = service.store(
-        {"type": "procedural", "name": "deploy", "steps": ["build", "test", "push", "restart"]}
+    version_two = invoke(
+        service,
+        "store",
+        {"type": "procedural", "name": "deploy", "steps": ["build", "test", "push", "restart"]},
     )["id"]
     assert service.meta.get_memory(version_one).t_invalid is not None  # type: ignore[union-attr]
     clock.advance(180)  # superseded exactly 180 days ago: not past the window yet
@@ -451,13 +479,15 @@ def test_retention_counts_from_when_the_fact_was_superseded_not_from_its_t_inval
         service, subject="db", predicate="version", object="postgres 14", t_valid="2024-01-01"
     )
     store(service, subject="db", predicate="version", object="postgres 15", t_valid="2024-06-01")
-    historical = service.store(
-        {"subject": "db", "predicate": "version", "object": "postgres 13", "t_valid": "2023-01-01"}
+    historical = invoke(
+        service,
+        "store",
+        {"subject": "db", "predicate": "version", "object": "postgres 13", "t_valid": "2023-01-01"},
     )
     assert historical["status"] == "historical"
     assert service.sweep_retention(force=True) == 0
     query = {"query": "db version", "include_invalidated": True, "limit": 10}
-    found = {r["id"] for r in service.recall(query)["results"]}
+    found = {r["id"] for r in invoke(service, "recall", query)["results"]}
     assert {old, historical["id"]} <= found
     clock.advance(180)
     assert service.sweep_retention(force=True) == 0
@@ -487,7 +517,9 @@ def test_superseded_past_retention_is_evicted_even_under_budget(
     assert expired not in service.index.points_by_memory()
     [entry] = service.meta.audit_entries("default", "evict")
     assert entry["memory_id"] == expired
-    history = service.recall({"query": "db version postgres", "include_invalidated": True})
+    history = invoke(
+        service, "recall", {"query": "db version postgres", "include_invalidated": True}
+    )
     assert expired not in [r["id"] for r in history["results"]]
 
 
@@ -504,7 +536,7 @@ def test_retention_sweep_runs_when_the_store_opens(
     second = make_service(data, clock=clock)
     second.ensure_ready()
     assert not second.meta.memory_exists(old)
-    assert second.stats({"detailed": True})["evictions"]["total"] == 1
+    assert invoke(second, "stats", {"detailed": True})["evictions"]["total"] == 1
 
 
 def test_pinning_through_reflect_protects_from_eviction(make_service: ServiceFactory) -> None:
@@ -514,17 +546,17 @@ def test_pinning_through_reflect_protects_from_eviction(make_service: ServiceFac
     clock.advance(100)
     other = store(service, content="a printer jam stopped the payroll run for an hour")
     clock.advance(300)
-    assert service.reflect({"pin_ids": [keep]})["pinned"] == [keep]
+    assert invoke(service, "reflect", {"pin_ids": [keep]})["pinned"] == [keep]
     assert service.meta.get_memory(keep).pinned  # type: ignore[union-attr]
-    candidates = [c["id"] for c in service.reflect({})["forget_candidates"]]
+    candidates = [c["id"] for c in invoke(service, "reflect", {})["forget_candidates"]]
     assert candidates == [other]  # pinned memories are not offered for forgetting
     service.settings.lifecycle.max_memories = 1
     assert service.enforce_budget() == 1
     assert service.meta.memory_exists(keep) and not service.meta.memory_exists(other)
     service.settings.lifecycle.max_memories = 0
-    assert service.reflect({"unpin_ids": [keep]})["unpinned"] == [keep]
+    assert invoke(service, "reflect", {"unpin_ids": [keep]})["unpinned"] == [keep]
     service.settings.lifecycle.max_memories = 0
-    service.store({"content": "the board approved the budget for the new office"})
+    invoke(service, "store", {"content": "the board approved the budget for the new office"})
     service.settings.lifecycle.max_memories = 1
     assert service.enforce_budget() == 1
     assert not service.meta.memory_exists(keep)
@@ -541,7 +573,7 @@ def test_storage_budget_converges_to_just_under_the_limit(make_service: ServiceF
     notes = [f"{a} the {s} service" for a in actions for s in SUBSYSTEMS]
     for note in reversed(notes):  # one a day, from 79 to 40 days ago: all aging at NOW
         clock.advance(1)
-        stored = service.store_many([{"content": note}])
+        stored = store_many(service, [{"content": note}])
         assert all("error" not in s for s in stored), stored
     clock.current = NOW
     size = service.storage_bytes()
@@ -561,6 +593,6 @@ def test_storage_budget_converges_to_just_under_the_limit(make_service: ServiceF
         store(service, content=f"{['bought', 'sold', 'lent'][n]} a bicycle at the flea market")
         assert service.storage_bytes() <= budget
         assert 37 - 3 <= service.meta.count_memories() <= 40
-    detailed = service.stats({"detailed": True})
+    detailed = invoke(service, "stats", {"detailed": True})
     assert detailed["storage_mb"] == round(service.storage_bytes() / (1024 * 1024), 2)
     assert detailed["disk_mb"] >= detailed["storage_mb"]

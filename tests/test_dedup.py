@@ -22,6 +22,8 @@ from ferrex.core.errors import FerrexError
 from ferrex.core.ports import IndexHit
 from ferrex.core.service import MemoryService
 from ferrex.embed.embedder import FastEmbedEmbedder
+from ferrex.server.calls import run_tool as invoke
+from ferrex.server.calls import store_many
 
 ORIGINAL = "user debugged a deadlock in the connection pool by switching to tokio::sync::Semaphore"
 REWORDED = "the user fixed a deadlock in the connection pool by switching to tokio::sync::Semaphore"
@@ -58,7 +60,7 @@ def snapshot(service: MemoryService) -> dict[str, Any]:
 
 def rejected(service: MemoryService, arguments: dict[str, Any]) -> FerrexError:
     with pytest.raises(FerrexError) as error:
-        service.store(arguments)
+        invoke(service, "store", arguments)
     return error.value
 
 
@@ -91,7 +93,7 @@ def test_rewording_is_rejected_with_the_existing_id(
 ) -> None:
     measured = cosine(embedder, ORIGINAL, REWORDED)
     assert measured > 0.95
-    original = service.store({"content": ORIGINAL})
+    original = invoke(service, "store", {"content": ORIGINAL})
     error = rejected(service, {"content": REWORDED})
     assert error.code == "duplicate"
     assert error.details["existing_id"] == original["id"]
@@ -104,35 +106,39 @@ def test_threshold_is_configurable_and_strict(
 ) -> None:
     measured = cosine(embedder, ORIGINAL, REWORDED)
     lenient = make_service(dedup={"threshold": round(measured + 0.002, 4)})
-    lenient.store({"content": ORIGINAL})
-    assert lenient.store({"content": REWORDED})["status"] == "stored"
+    invoke(lenient, "store", {"content": ORIGINAL})
+    assert invoke(lenient, "store", {"content": REWORDED})["status"] == "stored"
     strict = make_service(dedup={"threshold": round(measured - 0.002, 4)})
-    first = strict.store({"content": ORIGINAL})
+    first = invoke(strict, "store", {"content": ORIGINAL})
     assert rejected(strict, {"content": REWORDED}).details["existing_id"] == first["id"]
 
 
 def test_dissimilar_memory_is_stored(service: MemoryService) -> None:
-    service.store({"content": ORIGINAL})
-    assert service.store({"content": DIFFERENT})["status"] == "stored"
+    invoke(service, "store", {"content": ORIGINAL})
+    assert invoke(service, "store", {"content": DIFFERENT})["status"] == "stored"
     assert service.meta.count_memories() == 2
 
 
 def test_supersedes_bypasses_dedup_and_invalidates_the_original(service: MemoryService) -> None:
-    original = service.store({"content": ORIGINAL})
-    replacement = service.store({"content": REWORDED, "supersedes": original["id"]})
+    original = invoke(service, "store", {"content": ORIGINAL})
+    replacement = invoke(service, "store", {"content": REWORDED, "supersedes": original["id"]})
     assert replacement["status"] == "stored" and replacement["superseded"] == [original["id"]]
     old = service.meta.get_memory(original["id"])
     assert old.t_invalid is not None and old.superseded_by == replacement["id"]
-    found = service.recall({"query": "connection pool deadlock semaphore"})["results"]
+    found = invoke(service, "recall", {"query": "connection pool deadlock semaphore"})["results"]
     assert [r["id"] for r in found] == [replacement["id"]]
     [entry] = service.meta.audit_entries("default", "supersede")
     assert (entry["memory_id"], entry["other_id"]) == (original["id"], replacement["id"])
 
 
 def test_types_never_cross_deduplicate(service: MemoryService) -> None:
-    episodic = service.store({"content": "api-server uses tokio 1.38"})
-    semantic = service.store({"subject": "api-server", "predicate": "uses", "object": "tokio 1.38"})
-    procedural = service.store({"type": "procedural", "content": "api-server uses tokio 1.38"})
+    episodic = invoke(service, "store", {"content": "api-server uses tokio 1.38"})
+    semantic = invoke(
+        service, "store", {"subject": "api-server", "predicate": "uses", "object": "tokio 1.38"}
+    )
+    procedural = invoke(
+        service, "store", {"type": "procedural", "content": "api-server uses tokio 1.38"}
+    )
     assert [episodic["type"], semantic["type"], procedural["type"]] == [
         "episodic",
         "semantic",
@@ -143,8 +149,10 @@ def test_types_never_cross_deduplicate(service: MemoryService) -> None:
 
 
 def test_each_type_deduplicates_within_itself(service: MemoryService) -> None:
-    first = service.store(
-        {"type": "procedural", "content": "restart the worker then clear the cache"}
+    first = invoke(
+        service,
+        "store",
+        {"type": "procedural", "content": "restart the worker then clear the cache"},
     )
     error = rejected(
         service, {"type": "procedural", "content": "restart the worker, then clear the cache"}
@@ -156,14 +164,19 @@ def test_alike_facts_about_two_subjects_are_two_facts(service: MemoryService) ->
     """The triples' text is nearly identical (cosine > 0.95), but the subjects are two entities:
     both are stored, alone and in one batch, and neither supersedes the other."""
     runner = "vitest with jsdom environment and coverage via istanbul"
-    frontend = service.store({"subject": "frontend", "predicate": "test runner", "object": runner})
-    backend = service.store({"subject": "backend", "predicate": "test runner", "object": runner})
+    frontend = invoke(
+        service, "store", {"subject": "frontend", "predicate": "test runner", "object": runner}
+    )
+    backend = invoke(
+        service, "store", {"subject": "backend", "predicate": "test runner", "object": runner}
+    )
     assert backend["status"] == "stored", backend
-    batch = service.store_many(
+    batch = store_many(
+        service,
         [
             {"subject": "service-a", "predicate": "test runner", "object": runner},
             {"subject": "service-b", "predicate": "test runner", "object": runner},
-        ]
+        ],
     )
     assert [r["status"] for r in batch] == ["stored", "stored"], batch
     current = service.meta.memories_in_namespace(
@@ -171,19 +184,21 @@ def test_alike_facts_about_two_subjects_are_two_facts(service: MemoryService) ->
     )
     assert {m.id for m in current} == {frontend["id"], backend["id"], *(r["id"] for r in batch)}
     # The same fact about the same subject is still a duplicate.
-    again = service.store({"subject": "frontend", "predicate": "test runner", "object": runner})
+    again = invoke(
+        service, "store", {"subject": "frontend", "predicate": "test runner", "object": runner}
+    )
     assert again["status"] == "duplicate" and again["id"] == frontend["id"]
 
 
 def test_namespaces_never_cross_deduplicate(service: MemoryService) -> None:
-    service.store({"content": ORIGINAL, "namespace": "alpha"})
-    other = service.store({"content": ORIGINAL, "namespace": "beta"})
+    invoke(service, "store", {"content": ORIGINAL, "namespace": "alpha"})
+    other = invoke(service, "store", {"content": ORIGINAL, "namespace": "beta"})
     assert other["status"] == "stored" and other["namespace"] == "beta"
 
 
 def test_bulk_items_deduplicate_against_each_other(service: MemoryService) -> None:
-    results = service.store_many(
-        [{"content": ORIGINAL}, {"content": REWORDED}, {"content": DIFFERENT}]
+    results = store_many(
+        service, [{"content": ORIGINAL}, {"content": REWORDED}, {"content": DIFFERENT}]
     )
     assert results[0]["status"] == "stored" and results[2]["status"] == "stored"
     assert results[1]["error"]["code"] == "duplicate"
@@ -193,8 +208,8 @@ def test_bulk_items_deduplicate_against_each_other(service: MemoryService) -> No
 
 
 def test_rejected_store_changes_nothing(service: MemoryService) -> None:
-    service.store({"content": ORIGINAL, "entities": ["connection pool"]})
-    service.recall({"query": "deadlock"})
+    invoke(service, "store", {"content": ORIGINAL, "entities": ["connection pool"]})
+    invoke(service, "recall", {"query": "deadlock"})
     service.access.flush()
     before = snapshot(service)
     error = rejected(
@@ -209,22 +224,25 @@ def test_rejected_store_changes_nothing(service: MemoryService) -> None:
     service.access.flush()
     assert snapshot(service) == before
     # The rolled-back entities did not linger in any cache either.
-    fresh = service.store({"content": DIFFERENT, "entities": ["brand new entity"]})
+    fresh = invoke(service, "store", {"content": DIFFERENT, "entities": ["brand new entity"]})
     assert fresh["entities"][0]["resolved_by"] == "new"
 
 
 def test_a_rejected_bulk_item_leaves_no_entity_behind(make_service: ServiceFactory) -> None:
     """In store_many each item is its own savepoint: a rejected item's new entities vanish."""
     service = make_service()
-    first = service.store({"content": "the nightly ETL job loads orders into the warehouse"})
-    results = service.store_many(
+    first = invoke(
+        service, "store", {"content": "the nightly ETL job loads orders into the warehouse"}
+    )
+    results = store_many(
+        service,
         [
             {"content": "a fresh memory about the payroll export", "entities": ["payroll"]},
             {
                 "content": "the nightly ETL job loads orders into the warehouse",
                 "entities": ["brand-new-entity"],
             },
-        ]
+        ],
     )
     assert "error" not in results[0]
     assert results[1]["error"]["code"] == "duplicate"
@@ -239,16 +257,16 @@ RECURRING = "nightly backup of the invoices database completed without errors"
 def test_a_recurring_event_dated_on_another_day_is_not_a_duplicate(
     service: MemoryService,
 ) -> None:
-    monday = service.store({"content": RECURRING, "timestamp": "2026-04-06T02:00:00Z"})
-    tuesday = service.store({"content": RECURRING, "timestamp": "2026-04-07T02:00:00Z"})
+    monday = invoke(service, "store", {"content": RECURRING, "timestamp": "2026-04-06T02:00:00Z"})
+    tuesday = invoke(service, "store", {"content": RECURRING, "timestamp": "2026-04-07T02:00:00Z"})
     assert tuesday["status"] == "stored" and tuesday["id"] != monday["id"]
     # The same day again is the same event: a duplicate.
     with pytest.raises(FerrexError) as again:
-        service.store({"content": RECURRING, "timestamp": "2026-04-07T02:30:00Z"})
+        invoke(service, "store", {"content": RECURRING, "timestamp": "2026-04-07T02:30:00Z"})
     assert again.value.code == "duplicate" and again.value.details["existing_id"] == tuesday["id"]
     # Without a timestamp it is a re-store of what is known, whatever day it is now.
     with pytest.raises(FerrexError) as restore:
-        service.store({"content": RECURRING})
+        invoke(service, "store", {"content": RECURRING})
     assert restore.value.code == "duplicate"
 
 
@@ -256,11 +274,13 @@ def test_a_same_day_copy_is_a_duplicate_however_many_other_days_exist(
     service: MemoryService,
 ) -> None:
     days = [f"2026-03-{d:02d}T02:00:00Z" for d in range(1, 9)]
-    stored = service.store_many([{"content": RECURRING, "timestamp": day} for day in days])
+    stored = store_many(service, [{"content": RECURRING, "timestamp": day} for day in days])
     assert all("error" not in s for s in stored), stored
     for day, first in zip(days, stored, strict=True):
         with pytest.raises(FerrexError) as again:
-            service.store({"content": RECURRING, "timestamp": day.replace("02:00", "05:00")})
+            invoke(
+                service, "store", {"content": RECURRING, "timestamp": day.replace("02:00", "05:00")}
+            )
         assert again.value.details["existing_id"] == first["id"]
     assert service.meta.count_memories() == len(days)
 
@@ -268,12 +288,13 @@ def test_a_same_day_copy_is_a_duplicate_however_many_other_days_exist(
 def test_recurring_events_in_one_batch_are_kept_apart_by_their_dates(
     service: MemoryService,
 ) -> None:
-    stored = service.store_many(
+    stored = store_many(
+        service,
         [
             {"content": RECURRING, "timestamp": "2026-04-06T02:00:00Z"},
             {"content": RECURRING, "timestamp": "2026-04-07T02:00:00Z"},
             {"content": RECURRING, "timestamp": "2026-04-07T03:00:00Z"},
-        ]
+        ],
     )
     assert [s.get("status") for s in stored[:2]] == ["stored", "stored"]
     assert stored[2]["error"]["code"] == "duplicate"

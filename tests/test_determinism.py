@@ -17,6 +17,7 @@ from tests.conftest import ServiceFactory, call, mcp_client
 
 from ferrex.core.maintenance import rebuild
 from ferrex.core.service import MemoryService
+from ferrex.server.calls import run_tool as invoke
 
 NOW = datetime(2026, 4, 6, 12, 0, tzinfo=UTC)
 REPEATS = 100
@@ -43,9 +44,15 @@ REQUESTS: tuple[dict[str, Any], ...] = (
 def populate(service: MemoryService) -> None:
     for age, text in enumerate(TEXTS):
         when = (NOW - timedelta(days=3 * age)).isoformat()
-        service.store({"content": text, "timestamp": when, "entities": ["backups"]})
-    service.store({"subject": "backup runbook", "predicate": "owned by", "object": "Alice"})
-    service.store({"type": "procedural", "name": "restore", "steps": ["fetch", "decrypt", "load"]})
+        invoke(service, "store", {"content": text, "timestamp": when, "entities": ["backups"]})
+    invoke(
+        service, "store", {"subject": "backup runbook", "predicate": "owned by", "object": "Alice"}
+    )
+    invoke(
+        service,
+        "store",
+        {"type": "procedural", "name": "restore", "steps": ["fetch", "decrypt", "load"]},
+    )
 
 
 def fingerprint(answer: dict[str, Any]) -> list[tuple[str, float]]:
@@ -79,11 +86,11 @@ def test_one_hundred_identical_recalls_give_identical_ids_scores_and_order(
     # the model, both engine channels, fusion and ordering again.
     service = make_service(store_dir, clock=lambda: NOW, cache={"enabled": False})
     for request in REQUESTS:
-        first = recall_stable_part(service.recall(dict(request)))
+        first = recall_stable_part(invoke(service, "recall", dict(request)))
         assert first["results"], request
         for repeat in range(REPEATS):
             service.cache.queries.clear()
-            again = recall_stable_part(service.recall(dict(request)))
+            again = recall_stable_part(invoke(service, "recall", dict(request)))
             assert again == first, (request, repeat)
         assert service.cache.stats()["hits"] == 0
 
@@ -101,10 +108,16 @@ def test_equal_fused_scores_are_ordered_by_memory_id(
         namespace = f"ties{round_}"
         texts = [dense_winner, bm25_winner] if round_ % 2 else [bm25_winner, dense_winner]
         for text in texts:
-            service.store({"content": text, "namespace": namespace, "timestamp": NOW.isoformat()})
+            invoke(
+                service,
+                "store",
+                {"content": text, "namespace": namespace, "timestamp": NOW.isoformat()},
+            )
         for _ in range(10):
             service.cache.invalidate()
-            results = service.recall({"query": query, "namespace": namespace, "explain": True})
+            results = invoke(
+                service, "recall", {"query": query, "namespace": namespace, "explain": True}
+            )
             ranks = [
                 (r["explain"]["dense_rank"], r["explain"]["bm25_rank"]) for r in results["results"]
             ]
@@ -119,11 +132,11 @@ def test_a_reopened_service_returns_exactly_the_same_answers(
     make_service: ServiceFactory, store_dir: Path
 ) -> None:
     first = make_service(store_dir, clock=lambda: NOW)
-    answers = [recall_stable_part(first.recall(dict(r))) for r in REQUESTS]
+    answers = [recall_stable_part(invoke(first, "recall", dict(r))) for r in REQUESTS]
     first.close()
     second = make_service(store_dir, clock=lambda: NOW)
     for request, expected in zip(REQUESTS, answers, strict=True):
-        assert recall_stable_part(second.recall(dict(request))) == expected, request
+        assert recall_stable_part(invoke(second, "recall", dict(request))) == expected, request
 
 
 def test_a_rebuilt_index_ranks_exactly_as_before(
@@ -132,13 +145,19 @@ def test_a_rebuilt_index_ranks_exactly_as_before(
     """Rebuilding re-inserts every point in a new order; equal scores (common in BM25: facts
     sharing subject and predicate words) must still be ordered the same way."""
     service = make_service(store_dir, clock=lambda: NOW)
-    service.store({"subject": "backup runbook", "predicate": "owned by", "object": "Bob"})
-    service.store({"subject": "backup runbook", "predicate": "reviewed by", "object": "Carol"})
+    invoke(
+        service, "store", {"subject": "backup runbook", "predicate": "owned by", "object": "Bob"}
+    )
+    invoke(
+        service,
+        "store",
+        {"subject": "backup runbook", "predicate": "reviewed by", "object": "Carol"},
+    )
     requests = [*REQUESTS, {"query": "who owns the backup runbook", "explain": True}]
-    before = [recall_stable_part(service.recall(dict(r))) for r in requests]
+    before = [recall_stable_part(invoke(service, "recall", dict(r))) for r in requests]
     rebuild(service)
     service.cache.invalidate()
-    after = [recall_stable_part(service.recall(dict(r))) for r in requests]
+    after = [recall_stable_part(invoke(service, "recall", dict(r))) for r in requests]
     assert after == before
 
 

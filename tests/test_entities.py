@@ -21,6 +21,7 @@ from ferrex.core.entities import EntityResolver, normalize_entity
 from ferrex.core.names import numbers_differ
 from ferrex.core.service import MemoryService
 from ferrex.embed.embedder import FastEmbedEmbedder
+from ferrex.server.calls import run_tool as invoke
 from ferrex.store.sqlite import MetadataStore
 
 NOW = datetime(2026, 4, 1, tzinfo=UTC)
@@ -154,15 +155,21 @@ def test_a_look_alike_subject_does_not_supersede_another_subjects_fact(
     service: MemoryService,
 ) -> None:
     """The over-merge failure in full: service-b's version must not invalidate service-a's."""
-    first = service.store(
-        {"subject": "service-a", "predicate": "version", "object": "stable channel 4"}
+    first = invoke(
+        service,
+        "store",
+        {"subject": "service-a", "predicate": "version", "object": "stable channel 4"},
     )
-    second = service.store(
-        {"subject": "service-b", "predicate": "version", "object": "beta channel 4"}
+    second = invoke(
+        service,
+        "store",
+        {"subject": "service-b", "predicate": "version", "object": "beta channel 4"},
     )
     assert second["status"] == "stored", second
     assert second["entities"][0]["entity_id"] != first["entities"][0]["entity_id"]
-    current = service.recall({"query": "version channel", "types": ["semantic"], "limit": 10})
+    current = invoke(
+        service, "recall", {"query": "version channel", "types": ["semantic"], "limit": 10}
+    )
     assert {first["id"], second["id"]} <= {r["id"] for r in current["results"]}
 
 
@@ -175,11 +182,15 @@ def test_a_swapped_word_never_merges_through_the_embedding_stage(
     """The embeddings of these pairs are above the 0.92 merge threshold, but one word is kept and
     the other swapped: two things, so a fact about one never supersedes the other's."""
     assert cosine(embedder, first, second) > 0.92
-    a = service.store({"subject": first, "predicate": "max size", "object": "100 messages"})
-    b = service.store({"subject": second, "predicate": "max size", "object": "5000 messages"})
+    a = invoke(
+        service, "store", {"subject": first, "predicate": "max size", "object": "100 messages"}
+    )
+    b = invoke(
+        service, "store", {"subject": second, "predicate": "max size", "object": "5000 messages"}
+    )
     assert b["status"] == "stored", b
     assert b["entities"][0]["resolved_by"] == "new"
-    filtered = service.recall({"query": "max size", "entities": [first], "limit": 10})
+    filtered = invoke(service, "recall", {"query": "max size", "entities": [first], "limit": 10})
     assert [r["id"] for r in filtered["results"]] == [a["id"]]
 
 
@@ -281,23 +292,27 @@ def test_lookup_without_create_writes_nothing(
 
 
 def test_store_merges_variants_and_recall_filters_through_aliases(service: MemoryService) -> None:
-    capital = service.store(
-        {"content": "switched the connection pool to a Tokio semaphore", "entities": ["Tokio"]}
+    capital = invoke(
+        service,
+        "store",
+        {"content": "switched the connection pool to a Tokio semaphore", "entities": ["Tokio"]},
     )
-    runtime = service.store(
-        {"content": "upgraded the async executor for the api", "entities": ["tokio runtime"]}
+    runtime = invoke(
+        service,
+        "store",
+        {"content": "upgraded the async executor for the api", "entities": ["tokio runtime"]},
     )
-    service.store({"content": "tokio mentioned but not tagged with the entity at all"})
+    invoke(service, "store", {"content": "tokio mentioned but not tagged with the entity at all"})
     assert capital["entities"][0]["resolved_by"] == "new"
     assert runtime["entities"][0]["resolved_by"] == "fuzzy"
     assert runtime["entities"][0]["entity_id"] == capital["entities"][0]["entity_id"]
     expected = {capital["id"], runtime["id"]}
     for name in ("tokio", "Tokio", "TOKIO runtime", " tokio_runtime "):
-        found = service.recall({"query": "tokio", "entities": [name], "limit": 10})
+        found = invoke(service, "recall", {"query": "tokio", "entities": [name], "limit": 10})
         assert memory_ids(found) == expected, name
     result = next(
         r
-        for r in service.recall({"query": "executor", "entities": ["tokio"]})["results"]
+        for r in invoke(service, "recall", {"query": "executor", "entities": ["tokio"]})["results"]
         if r["id"] == runtime["id"]
     )
     assert result["entities"] == ["Tokio"]  # the canonical display name
@@ -305,53 +320,73 @@ def test_store_merges_variants_and_recall_filters_through_aliases(service: Memor
 
 def test_embedding_alias_through_the_service(service: MemoryService) -> None:
     first, second = EMBEDDING_PAIR
-    a = service.store(
-        {"content": "the deployment pipeline runs on every merge", "entities": [first]}
+    a = invoke(
+        service,
+        "store",
+        {"content": "the deployment pipeline runs on every merge", "entities": [first]},
     )
-    b = service.store({"content": "nightly job rebuilds caches", "entities": [second]})
+    b = invoke(service, "store", {"content": "nightly job rebuilds caches", "entities": [second]})
     assert b["entities"][0] == {
         "name": second,
         "entity_id": a["entities"][0]["entity_id"],
         "resolved_by": "embedding",
     }
-    found = service.recall({"query": "pipeline", "entities": [second], "limit": 10})
+    found = invoke(service, "recall", {"query": "pipeline", "entities": [second], "limit": 10})
     assert memory_ids(found) == {a["id"], b["id"]}
 
 
 def test_alias_candidates_surface_in_reflect(service: MemoryService) -> None:
     first, second = CANDIDATE_PAIR
-    service.store({"content": "the car needs new tyres before winter", "entities": [first]})
-    b = service.store({"content": "the automobile insurance renews in May", "entities": [second]})
+    invoke(
+        service, "store", {"content": "the car needs new tyres before winter", "entities": [first]}
+    )
+    b = invoke(
+        service,
+        "store",
+        {"content": "the automobile insurance renews in May", "entities": [second]},
+    )
     assert b["entities"][0]["resolved_by"] == "new"
-    candidates = service.reflect({})["alias_candidates"]
+    candidates = invoke(service, "reflect", {})["alias_candidates"]
     assert [(c["name"], c["entity"]) for c in candidates] == [(second, first)]
     assert 0.80 <= candidates[0]["score"] <= 0.92
     # A candidate is not an alias: filtering by one does not return the other's memory.
-    found = service.recall({"query": "insurance tyres", "entities": [second], "limit": 10})
+    found = invoke(
+        service, "recall", {"query": "insurance tyres", "entities": [second], "limit": 10}
+    )
     assert memory_ids(found) == {b["id"]}
 
 
 def test_entity_rows_are_per_namespace(service: MemoryService) -> None:
-    a = service.store({"content": "tokio in project a", "entities": ["tokio"], "namespace": "a"})
-    b = service.store({"content": "tokio in project b", "entities": ["Tokio"], "namespace": "b"})
-    service.store({"content": "postgres in project a", "entities": ["postgres"], "namespace": "a"})
-    service.store(
-        {"content": "postgresql alias in a", "entities": ["postgresql"], "namespace": "a"}
+    a = invoke(
+        service, "store", {"content": "tokio in project a", "entities": ["tokio"], "namespace": "a"}
+    )
+    b = invoke(
+        service, "store", {"content": "tokio in project b", "entities": ["Tokio"], "namespace": "b"}
+    )
+    invoke(
+        service,
+        "store",
+        {"content": "postgres in project a", "entities": ["postgres"], "namespace": "a"},
+    )
+    invoke(
+        service,
+        "store",
+        {"content": "postgresql alias in a", "entities": ["postgresql"], "namespace": "a"},
     )
     assert a["entities"][0]["entity_id"] != b["entities"][0]["entity_id"]
     assert b["entities"][0]["resolved_by"] == "new"
     assert service.meta.count_entities("a") == 2
     assert service.meta.count_entities("b") == 1
     assert service.meta.entity_by_name("b", "postgresql") is None
-    found = service.recall({"query": "tokio", "entities": ["tokio"], "namespace": "b"})
+    found = invoke(service, "recall", {"query": "tokio", "entities": ["tokio"], "namespace": "b"})
     assert memory_ids(found) == {b["id"]}
 
 
 def test_unknown_entity_filter_returns_nothing_and_creates_nothing(
     service: MemoryService,
 ) -> None:
-    service.store({"content": "kafka consumer lag alert fired", "entities": ["kafka"]})
+    invoke(service, "store", {"content": "kafka consumer lag alert fired", "entities": ["kafka"]})
     before = service.meta.count_entities("default")
-    found = service.recall({"query": "consumer lag", "entities": ["zookeeper"]})
+    found = invoke(service, "recall", {"query": "consumer lag", "entities": ["zookeeper"]})
     assert found["results"] == [] and found["unresolved_entities"] == ["zookeeper"]
     assert service.meta.count_entities("default") == before

@@ -33,6 +33,7 @@ from tests.conftest import ServiceFactory, ferrex_command
 from tests.test_staleness import MovableClock
 
 from ferrex.core.service import MemoryService
+from ferrex.server.calls import run_tool as invoke
 
 # Close to the real clock: the CLI runs start-up upkeep (retention sweep) with the real time,
 # and must find nothing to evict that the in-process services would keep.
@@ -153,9 +154,9 @@ def populate(service: MemoryService) -> dict[str, str]:
     lifecycle.max_memories = 0
     # Access counts, validations and pins.
     for request in RECALLS[:4]:
-        service.recall(dict(request))
+        invoke(service, "recall", dict(request))
     service.access.flush()
-    service.reflect({"confirm_ids": [ids["old"]], "pin_ids": [first["id"]]})
+    invoke(service, "reflect", {"confirm_ids": [ids["old"]], "pin_ids": [first["id"]]})
     return ids
 
 
@@ -212,16 +213,16 @@ def answers(service: MemoryService) -> list[Any]:
     """The same sequence of calls on a store; access bumps are flushed after every recall."""
     out: list[Any] = []
     for request in RECALLS:
-        out.append(service.recall(dict(request)))
+        out.append(invoke(service, "recall", dict(request)))
         service.access.flush()
     for namespace in ("default", "team-b"):
-        out.append(service.stats({"namespace": namespace}))
-        out.append(service.reflect({"namespace": namespace, "limit": 50}))
+        out.append(invoke(service, "stats", {"namespace": namespace}))
+        out.append(invoke(service, "reflect", {"namespace": namespace, "limit": 50}))
     return out
 
 
 def detailed_stats(service: MemoryService, namespace: str) -> tuple[dict[str, Any], int]:
-    stats = service.stats({"namespace": namespace, "detailed": True})
+    stats = invoke(service, "stats", {"namespace": namespace, "detailed": True})
     points = stats["index"]["points_all_namespaces"]
     return {k: v for k, v in stats.items() if k not in INSTRUMENTATION}, points
 

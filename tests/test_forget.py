@@ -20,13 +20,14 @@ from pathlib import Path
 import pytest
 
 from ferrex.core.service import PHASE_AFTER_COMMIT, PHASE_BEFORE_COMMIT, MemoryService
+from ferrex.server.calls import run_tool as invoke
 
 ServiceFactory = Callable[..., MemoryService]
 UNKNOWN = "mem_000000000000deadbeef"
 
 
 def stored_ids(service: MemoryService, *items: dict[str, object]) -> list[str]:
-    return [str(service.store(item)["id"]) for item in items]
+    return [str(invoke(service, "store", item)["id"]) for item in items]
 
 
 def long_procedure() -> dict[str, object]:
@@ -64,7 +65,7 @@ def long_procedure() -> dict[str, object]:
 def test_forget_removes_memories_from_sqlite_and_every_index_point(
     service: MemoryService,
 ) -> None:
-    procedure = service.store(long_procedure())
+    procedure = invoke(service, "store", long_procedure())
     assert procedure.get("chunks", 1) > 1  # several vector points for one memory
     episode, keep = stored_ids(
         service,
@@ -74,7 +75,7 @@ def test_forget_removes_memories_from_sqlite_and_every_index_point(
     points = service.index.points_by_memory()
     assert len(points[procedure["id"]]) == procedure["chunks"]
 
-    answer = service.forget({"ids": [procedure["id"], episode]})
+    answer = invoke(service, "forget", {"ids": [procedure["id"], episode]})
     assert answer["deleted"] == [procedure["id"], episode]
     assert answer["not_found"] == []
 
@@ -83,7 +84,7 @@ def test_forget_removes_memories_from_sqlite_and_every_index_point(
     assert procedure["id"] not in points and episode not in points
     assert keep in points
     assert service.meta.journal_backlog() == 0
-    found = service.recall({"query": "weekly health review ledger", "limit": 10})
+    found = invoke(service, "recall", {"query": "weekly health review ledger", "limit": 10})
     assert [r["id"] for r in found["results"]] == [keep]
     audited = {e["memory_id"] for e in service.meta.audit_entries("default", "forget")}
     assert audited == {procedure["id"], episode}
@@ -91,10 +92,10 @@ def test_forget_removes_memories_from_sqlite_and_every_index_point(
 
 def test_unknown_ids_are_reported_and_not_fatal(service: MemoryService) -> None:
     [memory_id] = stored_ids(service, {"content": "the VPN certificate expires in March"})
-    answer = service.forget({"ids": [memory_id, UNKNOWN, memory_id]})
+    answer = invoke(service, "forget", {"ids": [memory_id, UNKNOWN, memory_id]})
     assert answer["deleted"] == [memory_id]
     assert answer["not_found"] == [UNKNOWN]
-    again = service.forget({"ids": [memory_id]})
+    again = invoke(service, "forget", {"ids": [memory_id]})
     assert again["deleted"] == [] and again["not_found"] == [memory_id]
 
 
@@ -102,9 +103,9 @@ def test_forget_only_touches_its_namespace(service: MemoryService) -> None:
     [other] = stored_ids(
         service, {"content": "the design team prefers Figma", "namespace": "design"}
     )
-    assert service.forget({"ids": [other]})["not_found"] == [other]
+    assert invoke(service, "forget", {"ids": [other]})["not_found"] == [other]
     assert service.meta.memory_exists(other)
-    assert service.forget({"ids": [other], "namespace": "design"})["deleted"] == [other]
+    assert invoke(service, "forget", {"ids": [other], "namespace": "design"})["deleted"] == [other]
     assert not service.meta.memory_exists(other)
 
 
@@ -131,15 +132,15 @@ def test_cascade_removes_entities_only_the_forgotten_memories_referenced(
     )
     assert {"grafana", "payments", "kafka", "loki"} <= entity_names(service)
 
-    answer = service.forget({"ids": [gone, fact], "cascade": True})
+    answer = invoke(service, "forget", {"ids": [gone, fact], "cascade": True})
     assert answer["deleted"] == [gone, fact]
     assert answer["entities_removed"] == ["grafana", "loki"]
     names = entity_names(service)
     assert "grafana" not in names and "loki" not in names
     assert {"payments", "kafka"} <= names  # still referenced by the memory that stays
-    still = service.recall({"query": "payments", "entities": ["payments"]})
+    still = invoke(service, "recall", {"query": "payments", "entities": ["payments"]})
     assert [r["id"] for r in still["results"]] == [kept]
-    lost = service.recall({"query": "grafana alerting", "entities": ["grafana"]})
+    lost = invoke(service, "recall", {"query": "grafana alerting", "entities": ["grafana"]})
     assert lost["results"] == [] and lost["unresolved_entities"] == ["grafana"]
 
 
@@ -147,10 +148,10 @@ def test_without_cascade_entities_stay(service: MemoryService) -> None:
     [memory_id] = stored_ids(
         service, {"content": "Jenkins built the release branch", "entities": ["jenkins"]}
     )
-    answer = service.forget({"ids": [memory_id]})
+    answer = invoke(service, "forget", {"ids": [memory_id]})
     assert answer["entities_removed"] == []
     assert "jenkins" in entity_names(service)
-    inactive = service.reflect({})["inactive_entities"]
+    inactive = invoke(service, "reflect", {})["inactive_entities"]
     assert [(e["name"], e["memories"]) for e in inactive] == [("jenkins", 0)]
 
 
@@ -166,6 +167,7 @@ from ferrex.embed.embedder import FastEmbedEmbedder
 from ferrex.embed.reranker import FastEmbedReranker
 from ferrex.store.edge import EdgeIndex
 from ferrex.store.sqlite import MetadataStore
+from ferrex.server.calls import run_tool as invoke
 
 data, models, memory_id = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 settings = make_settings(data, models)
@@ -175,7 +177,7 @@ service = MemoryService(settings, MetadataStore(settings.db_path), EdgeIndex(set
                         embedder, Bm25Encoder(),
                         FastEmbedReranker("default", models, enabled=False, offline=True))
 service.ensure_ready()
-service.forget({"ids": [memory_id], "cascade": True})
+invoke(service, "forget", {"ids": [memory_id], "cascade": True})
 """
 
 
@@ -230,43 +232,51 @@ def test_a_forget_killed_midway_leaves_no_orphan(
     assert "kubernetes" in entity_names(reopened)
     assert reopened.meta.journal_backlog() == 0
     if survives:  # the forget can simply be retried
-        assert reopened.forget({"ids": [victim]})["deleted"] == [victim]
+        assert invoke(reopened, "forget", {"ids": [victim]})["deleted"] == [victim]
         assert victim not in reopened.index.points_by_memory()
 
 
 def test_forgetting_the_current_fact_says_which_history_has_no_successor(
     service: MemoryService,
 ) -> None:
-    old = service.store({"subject": "billing-api", "predicate": "runs", "object": "postgres 14"})
-    new = service.store({"subject": "billing-api", "predicate": "runs", "object": "postgres 16"})
+    old = invoke(
+        service, "store", {"subject": "billing-api", "predicate": "runs", "object": "postgres 14"}
+    )
+    new = invoke(
+        service, "store", {"subject": "billing-api", "predicate": "runs", "object": "postgres 16"}
+    )
     assert new["superseded"] == [old["id"]]
-    answer = service.forget({"ids": [new["id"]]})
+    answer = invoke(service, "forget", {"ids": [new["id"]]})
     assert answer["deleted"] == [new["id"]]
     assert answer["history_without_successor"] == [old["id"]]
     assert "no current value" in answer["note"]
-    plain = service.forget({"ids": [old["id"]]})
+    plain = invoke(service, "forget", {"ids": [old["id"]]})
     assert "history_without_successor" not in plain and "note" not in plain
 
 
 def test_forgetting_the_successor_clears_the_older_facts_superseded_by(
     service: MemoryService,
 ) -> None:
-    old = service.store({"subject": "billing-api", "predicate": "runs", "object": "postgres 14"})
-    new = service.store({"subject": "billing-api", "predicate": "runs", "object": "postgres 16"})
+    old = invoke(
+        service, "store", {"subject": "billing-api", "predicate": "runs", "object": "postgres 14"}
+    )
+    new = invoke(
+        service, "store", {"subject": "billing-api", "predicate": "runs", "object": "postgres 16"}
+    )
     query = {"query": "billing-api runs postgres", "include_invalidated": True, "limit": 5}
-    [before] = [r for r in service.recall(query)["results"] if r["id"] == old["id"]]
+    [before] = [r for r in invoke(service, "recall", query)["results"] if r["id"] == old["id"]]
     assert before["superseded_by"] == new["id"]
-    service.forget({"ids": [new["id"]]})
-    [after] = [r for r in service.recall(query)["results"] if r["id"] == old["id"]]
+    invoke(service, "forget", {"ids": [new["id"]]})
+    [after] = [r for r in invoke(service, "recall", query)["results"] if r["id"] == old["id"]]
     assert after.get("superseded_by") is None
     stored = service.meta.get_memory(old["id"])
     assert stored is not None and stored.superseded_by is None
 
 
 def test_forgetting_a_middle_value_of_a_chain_leaves_no_false_alarm(service: MemoryService) -> None:
-    v1 = service.store({"subject": "web", "predicate": "runs", "object": "node 16"})
-    v2 = service.store({"subject": "web", "predicate": "runs", "object": "node 18"})
-    v3 = service.store({"subject": "web", "predicate": "runs", "object": "node 20"})
+    v1 = invoke(service, "store", {"subject": "web", "predicate": "runs", "object": "node 16"})
+    v2 = invoke(service, "store", {"subject": "web", "predicate": "runs", "object": "node 18"})
+    v3 = invoke(service, "store", {"subject": "web", "predicate": "runs", "object": "node 20"})
     assert v2["superseded"] == [v1["id"]] and v3["superseded"] == [v2["id"]]
-    answer = service.forget({"ids": [v2["id"]]})
+    answer = invoke(service, "forget", {"ids": [v2["id"]]})
     assert answer["deleted"] == [v2["id"]] and "history_without_successor" not in answer

@@ -12,6 +12,8 @@ import pytest
 from tests.conftest import ServiceFactory
 
 from ferrex.core.service import MemoryService
+from ferrex.server.calls import run_tool as invoke
+from ferrex.server.calls import store_many
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -56,11 +58,12 @@ QUERY = "QZX-9071 purchasing was sluggish for buyers around the seasonal deal"
 
 
 def _load(service: MemoryService) -> dict[str, str]:
-    stored = service.store_many(
+    stored = store_many(
+        service,
         [
             {"content": text, "timestamp": "2026-11-20T09:00:00Z"}
             for text in [KEYWORD_TARGET, PARAPHRASE_TARGET, *DISTRACTORS]
-        ]
+        ],
     )
     assert all("error" not in s for s in stored), stored
     return {"keyword": stored[0]["id"], "paraphrase": stored[1]["id"]}
@@ -69,7 +72,7 @@ def _load(service: MemoryService) -> dict[str, str]:
 def _ids(service: MemoryService, mode: str, limit: int = 5) -> list[str]:
     service.settings.retrieval.mode = mode  # type: ignore[assignment]
     service.cache.invalidate()
-    return [r["id"] for r in service.recall({"query": QUERY, "limit": limit})["results"]]
+    return [r["id"] for r in invoke(service, "recall", {"query": QUERY, "limit": limit})["results"]]
 
 
 def test_both_channels_contribute_to_fused_results(make_service: ServiceFactory) -> None:
@@ -83,7 +86,7 @@ def test_both_channels_contribute_to_fused_results(make_service: ServiceFactory)
     assert targets["keyword"] not in dense and targets["paraphrase"] in dense
     assert targets["paraphrase"] not in bm25 and targets["keyword"] in bm25
     service.settings.retrieval.mode = "hybrid"
-    explained = service.recall({"query": QUERY, "limit": 5, "explain": True})["results"]
+    explained = invoke(service, "recall", {"query": QUERY, "limit": 5, "explain": True})["results"]
     by_id = {r["id"]: r["explain"] for r in explained}
     assert by_id[targets["paraphrase"]]["bm25_rank"] is None
     assert by_id[targets["keyword"]]["bm25_rank"] == 1
@@ -96,40 +99,50 @@ def test_both_channels_contribute_to_fused_results(make_service: ServiceFactory)
 def loaded(make_service: ServiceFactory) -> tuple[MemoryService, dict[str, str]]:
     service = make_service(clock=lambda: NOW)
     ids = {}
-    ids["e_tokio"] = service.store(
+    ids["e_tokio"] = invoke(
+        service,
+        "store",
         {
             "content": "switched the api-server pool to tokio::sync::Semaphore to fix a deadlock",
             "timestamp": "2026-11-02T10:00:00Z",
             "entities": ["api-server", "Tokio"],
-        }
+        },
     )["id"]
-    ids["e_billing"] = service.store(
+    ids["e_billing"] = invoke(
+        service,
+        "store",
         {
             "content": "billing-service invoices were delayed by a stuck Stripe webhook",
             "timestamp": "2026-11-20T10:00:00Z",
             "entities": ["billing-service", "Stripe"],
-        }
+        },
     )["id"]
-    ids["s_tokio"] = service.store(
-        {"subject": "api-server", "predicate": "uses", "object": "tokio 1.38"}
+    ids["s_tokio"] = invoke(
+        service, "store", {"subject": "api-server", "predicate": "uses", "object": "tokio 1.38"}
     )["id"]
-    ids["p_deploy"] = service.store(
+    ids["p_deploy"] = invoke(
+        service,
+        "store",
         {
             "type": "procedural",
             "name": "deploy-api-server",
             "entities": ["api-server"],
             "steps": ["run cargo test", "build the release image", "roll out with kubectl"],
-        }
+        },
     )["id"]
     return service, ids
 
 
 def test_types_filter(loaded: tuple[MemoryService, dict[str, str]]) -> None:
     service, ids = loaded
-    result = service.recall({"query": "api-server tokio", "types": ["semantic"], "limit": 10})
+    result = invoke(
+        service, "recall", {"query": "api-server tokio", "types": ["semantic"], "limit": 10}
+    )
     assert [r["id"] for r in result["results"]] == [ids["s_tokio"]]
-    result = service.recall(
-        {"query": "api-server tokio", "types": ["episodic", "procedural"], "limit": 10}
+    result = invoke(
+        service,
+        "recall",
+        {"query": "api-server tokio", "types": ["episodic", "procedural"], "limit": 10},
     )
     assert {r["type"] for r in result["results"]} <= {"episodic", "procedural"}
     assert ids["s_tokio"] not in [r["id"] for r in result["results"]]
@@ -138,49 +151,61 @@ def test_types_filter(loaded: tuple[MemoryService, dict[str, str]]) -> None:
 def test_entities_filter_resolves_names(loaded: tuple[MemoryService, dict[str, str]]) -> None:
     service, ids = loaded
     for name in ("api-server", "API Server", "api_server"):
-        result = service.recall({"query": "what happened", "entities": [name], "limit": 10})
+        result = invoke(
+            service, "recall", {"query": "what happened", "entities": [name], "limit": 10}
+        )
         assert {r["id"] for r in result["results"]} == {
             ids["e_tokio"],
             ids["s_tokio"],
             ids["p_deploy"],
         }
-    result = service.recall({"query": "what happened", "entities": ["stripe"], "limit": 10})
+    result = invoke(
+        service, "recall", {"query": "what happened", "entities": ["stripe"], "limit": 10}
+    )
     assert [r["id"] for r in result["results"]] == [ids["e_billing"]]
-    unknown = service.recall(
-        {"query": "what happened", "entities": ["kubernetes-operator"], "limit": 10}
+    unknown = invoke(
+        service,
+        "recall",
+        {"query": "what happened", "entities": ["kubernetes-operator"], "limit": 10},
     )
     assert unknown["results"] == [] and unknown["unresolved_entities"] == ["kubernetes-operator"]
 
 
 def test_time_range_filter(loaded: tuple[MemoryService, dict[str, str]]) -> None:
     service, ids = loaded
-    result = service.recall(
+    result = invoke(
+        service,
+        "recall",
         {
             "query": "incident",
             "types": ["episodic"],
             "limit": 10,
             "time_range": {"after": "2026-11-10T00:00:00Z"},
-        }
+        },
     )
     assert [r["id"] for r in result["results"]] == [ids["e_billing"]]
-    result = service.recall(
+    result = invoke(
+        service,
+        "recall",
         {
             "query": "incident",
             "types": ["episodic"],
             "limit": 10,
             "time_range": {"after": "2026-11-01", "before": "2026-11-03"},
-        }
+        },
     )
     assert [r["id"] for r in result["results"]] == [ids["e_tokio"]]
 
 
 def test_limit_and_deterministic_order(loaded: tuple[MemoryService, dict[str, str]]) -> None:
     service, _ = loaded
-    first = service.recall({"query": "api-server", "limit": 2})
+    first = invoke(service, "recall", {"query": "api-server", "limit": 2})
     assert first["count"] == 2 and len(first["results"]) == 2
-    runs = [service.recall({"query": "api-server deadlock", "limit": 4}) for _ in range(5)]
+    runs = [
+        invoke(service, "recall", {"query": "api-server deadlock", "limit": 4}) for _ in range(5)
+    ]
     service.cache.invalidate()
-    runs.append(service.recall({"query": "api-server deadlock", "limit": 4}))
+    runs.append(invoke(service, "recall", {"query": "api-server deadlock", "limit": 4}))
     orders = {tuple((r["id"], r["score"]) for r in run["results"]) for run in runs}
     assert len(orders) == 1
 
@@ -188,19 +213,27 @@ def test_limit_and_deterministic_order(loaded: tuple[MemoryService, dict[str, st
 def test_points_of_another_model_are_never_compared(make_service: ServiceFactory) -> None:
     """Every vector carries its model; recall and dedup only compare points of the pinned model."""
     service = make_service(clock=lambda: NOW)
-    kept = service.store({"content": "the ledger service stores invoices in PostgreSQL 16"})["id"]
-    alien = service.store({"content": "the ledger service archives invoices to S3 nightly"})["id"]
+    kept = invoke(
+        service, "store", {"content": "the ledger service stores invoices in PostgreSQL 16"}
+    )["id"]
+    alien = invoke(
+        service, "store", {"content": "the ledger service archives invoices to S3 nightly"}
+    )["id"]
     pin = service.embedder.info.pin
     assert {p for p in service.index.points_by_memory()} == {kept, alien}
     service.index.set_payload(alien, {"model": "some-other-model@768"})  # as if from another model
     service.cache.invalidate()
     ids = [
         r["id"]
-        for r in service.recall({"query": "ledger service invoices", "limit": 10})["results"]
+        for r in invoke(service, "recall", {"query": "ledger service invoices", "limit": 10})[
+            "results"
+        ]
     ]
     assert ids == [kept]
     # and a near-duplicate of the alien memory is not rejected against it
-    again = service.store({"content": "the ledger service archives invoices to S3 nightly"})
+    again = invoke(
+        service, "store", {"content": "the ledger service archives invoices to S3 nightly"}
+    )
     assert again["status"] == "stored"
     assert pin.startswith("sentence-transformers/all-MiniLM-L6-v2")
 
@@ -262,28 +295,31 @@ def test_a_named_month_or_year_finds_the_episode_by_its_date(
     """The event date is indexed as BM25 words: a query naming the period ranks that episode
     first, while the returned content stays exactly as stored (no date words added)."""
     service = make_service(clock=lambda: NOW)
-    stored = service.store_many([{"content": c, "timestamp": t} for t, c in DIARY])
+    stored = store_many(service, [{"content": c, "timestamp": t} for t, c in DIARY])
     assert all("error" not in s for s in stored), stored
-    results = service.recall({"query": query, "limit": 3, "include_stale": True})["results"]
+    results = invoke(service, "recall", {"query": query, "limit": 3, "include_stale": True})[
+        "results"
+    ]
     assert results[0]["id"] == stored[expected]["id"]
     assert {r["content"] for r in results} == {c for _, c in DIARY}
 
 
 def test_the_verb_may_does_not_match_may_episodes(make_service: ServiceFactory) -> None:
     service = make_service(clock=lambda: NOW)
-    stored = service.store_many(
+    stored = store_many(
+        service,
         [
             {"content": "lunch with Bob at the noodle bar", "timestamp": "2023-05-08T12:00:00Z"},
             {
                 "content": "the outage was caused by a full disk",
                 "timestamp": "2023-10-13T12:00:00Z",
             },
-        ]
+        ],
     )
     query = {"query": "what may cause the outage?", "limit": 2, "include_stale": True}
-    results = service.recall(query)["results"]
+    results = invoke(service, "recall", query)["results"]
     assert results[0]["id"] == stored[1]["id"]
-    explained = service.recall({**query, "explain": True})["results"]
+    explained = invoke(service, "recall", {**query, "explain": True})["results"]
     lunch = next(r for r in explained if r["id"] == stored[0]["id"])
     assert lunch["explain"]["bm25_rank"] is None  # no lexical match at all
 
@@ -294,13 +330,15 @@ def test_explain_shows_the_bm25_channel_rank_and_whether_the_floor_dropped_it(
     """``bm25_rank`` is the channel's own rank; a memory under the relative BM25 floor says so
     (it was ranked, but not counted in the fused score)."""
     service = make_service(clock=lambda: NOW)
-    target = service.store({"content": "a quokka was seen in the community garden at dawn"})
+    target = invoke(
+        service, "store", {"content": "a quokka was seen in the community garden at dawn"}
+    )
     notes = [
-        service.store({"content": f"garden note {i}: watered the {plant} bed"})["id"]
+        invoke(service, "store", {"content": f"garden note {i}: watered the {plant} bed"})["id"]
         for i, plant in enumerate(["tomato", "bean", "pumpkin", "carrot", "onion", "leek"])
     ]
     query = {"query": "quokka garden", "limit": 10, "explain": True}
-    explained = {r["id"]: r["explain"] for r in service.recall(query)["results"]}
+    explained = {r["id"]: r["explain"] for r in invoke(service, "recall", query)["results"]}
     assert explained[target["id"]]["bm25_rank"] == 1
     assert "bm25_below_floor" not in explained[target["id"]]
     floored = [explained[n] for n in notes if n in explained]
@@ -315,12 +353,14 @@ def test_a_score_does_not_depend_on_stale_memories_held_back(make_service: Servi
     every candidate, so include_stale changes which memories are shown, not their scores."""
     clock = {"now": datetime(2024, 1, 1, tzinfo=UTC)}
     service = make_service(clock=lambda: clock["now"])
-    old = service.store({"content": "the deploy pipeline failed on the lint step"})
+    old = invoke(service, "store", {"content": "the deploy pipeline failed on the lint step"})
     clock["now"] = NOW
-    fresh = service.store({"content": "the deploy pipeline failed on the test step"})
-    hidden = service.recall({"query": "deploy pipeline failed lint", "explain": True})
-    shown = service.recall(
-        {"query": "deploy pipeline failed lint", "explain": True, "include_stale": True}
+    fresh = invoke(service, "store", {"content": "the deploy pipeline failed on the test step"})
+    hidden = invoke(service, "recall", {"query": "deploy pipeline failed lint", "explain": True})
+    shown = invoke(
+        service,
+        "recall",
+        {"query": "deploy pipeline failed lint", "explain": True, "include_stale": True},
     )
     assert hidden["stale_held_back"] == 1
     assert {r["id"] for r in shown["results"]} == {old["id"], fresh["id"]}
@@ -336,7 +376,8 @@ def test_bm25_ranks_the_month_of_that_year_first(make_service: ServiceFactory) -
     says 2024 (January) and of the March of another year. (The dense channel prefers the text
     with "2024" in it, so in this four-memory store the fused order is a tie between them.)"""
     service = make_service(clock=lambda: NOW)
-    stored = service.store_many(
+    stored = store_many(
+        service,
         [
             {
                 "content": "project kickoff on 2024-01-08 with the whole team",
@@ -345,11 +386,11 @@ def test_bm25_ranks_the_month_of_that_year_first(make_service: ServiceFactory) -
             {"content": "the payments outage hit checkout", "timestamp": "2024-03-14T10:00:00Z"},
             {"content": "the search outage hit the catalog", "timestamp": "2023-03-20T10:00:00Z"},
             {"content": "a quiet release of the mobile app", "timestamp": "2024-06-02T10:00:00Z"},
-        ]
+        ],
     )
     for query in ("what happened in March 2024", "March 2024"):
         arguments = {"query": query, "limit": 4, "include_stale": True, "explain": True}
-        results = service.recall(arguments)["results"]
+        results = invoke(service, "recall", arguments)["results"]
         by_id = {r["id"]: r["explain"] for r in results}
         assert by_id[stored[1]["id"]]["bm25_rank"] == 1, (query, by_id)
         assert stored[1]["id"] in [r["id"] for r in results[:2]]

@@ -31,6 +31,7 @@ import pytest
 from tests.conftest import ServiceFactory, call, mcp_client
 
 from ferrex.core.service import MemoryService
+from ferrex.server.calls import run_tool as invoke
 
 NOW = datetime(2026, 4, 6, 12, 0, tzinfo=UTC)
 NAMESPACES = ("alpha", "beta", "gamma", "delta.team", "eps_5")
@@ -85,17 +86,23 @@ def populate(service: MemoryService, truth: Truth) -> None:
         ages = (1, 10, 40, 100, 200, 400)
         for index, (age, text) in enumerate(zip(ages, SHARED_TEXTS, strict=True)):
             when = (NOW - timedelta(days=age)).isoformat()
-            reply = service.store(
+            reply = invoke(
+                service,
+                "store",
                 {
                     "content": text,
                     "namespace": namespace,
                     "timestamp": when,
                     "entities": list(ENTITY_NAMES[: 1 + index % 5]),
-                }
+                },
             )
             truth.add(namespace, reply, "episodic")
         own = f"Namespace {namespace} keeps its own notebook about topic number {position}"
-        truth.add(namespace, service.store({"content": own, "namespace": namespace}), "episodic")
+        truth.add(
+            namespace,
+            invoke(service, "store", {"content": own, "namespace": namespace}),
+            "episodic",
+        )
         facts = [
             ("api server", "owned by", f"team {namespace}", 0.9),
             ("api server", "owned by", f"squad {position} of {namespace}", 0.9),  # supersedes
@@ -103,20 +110,24 @@ def populate(service: MemoryService, truth: Truth) -> None:
             ("gateway", "listens on port", str(9100 + position), 0.4),  # contradiction
         ]
         for subject, predicate, obj, confidence in facts:
-            reply = service.store(
+            reply = invoke(
+                service,
+                "store",
                 {
                     "subject": subject,
                     "predicate": predicate,
                     "object": obj,
                     "confidence": confidence,
                     "namespace": namespace,
-                }
+                },
             )
             truth.add(namespace, reply, "semantic")
         for version in (1, 2):
             steps = [f"{namespace} step {i} of release v{version}" for i in range(1, 4)]
-            reply = service.store(
-                {"type": "procedural", "name": "release", "steps": steps, "namespace": namespace}
+            reply = invoke(
+                service,
+                "store",
+                {"type": "procedural", "name": "release", "steps": steps, "namespace": namespace},
             )
             truth.add(namespace, reply, "procedural")
 
@@ -209,18 +220,18 @@ def sample_once(
     roll = rng.random()
     if roll < 0.8:
         args = random_recall(rng, namespace)
-        answer = service.recall(args)
+        answer = invoke(service, "recall", args)
         check_recall(answer, args)
         seen["recall ids"] += assert_only_own(answer, namespace, truth, f"recall {args}")
         seen["contradiction flags"] += sum(1 for r in answer["results"] if r.get("contradiction"))
         seen["recall"] += 1
     elif roll < 0.9:
-        answer = service.reflect(random_reflect(rng, namespace))
+        answer = invoke(service, "reflect", random_reflect(rng, namespace))
         seen["reflect ids"] += assert_only_own(answer, namespace, truth, "reflect")
         seen["reflect"] += 1
     else:
         detailed = rng.random() < 0.5
-        answer = service.stats({"namespace": namespace, "detailed": detailed})
+        answer = invoke(service, "stats", {"namespace": namespace, "detailed": detailed})
         check_stats(answer, namespace, truth, detailed)
         assert_only_own(answer, namespace, truth, "stats")
         seen["stats"] += 1
@@ -255,10 +266,12 @@ def assert_cross_namespace_writes_find_nothing(service: MemoryService, truth: Tr
     for namespace in NAMESPACES:
         foreign = sorted(i for i, ns in truth.owner.items() if ns != namespace)[:25]
         before = service.meta.get_memories(foreign)
-        forgot = service.forget({"ids": foreign, "namespace": namespace})
+        forgot = invoke(service, "forget", {"ids": foreign, "namespace": namespace})
         assert forgot["deleted"] == [] and sorted(forgot["not_found"]) == foreign
-        reflected = service.reflect(
-            {"namespace": namespace, "confirm_ids": foreign[:5], "pin_ids": foreign[5:10]}
+        reflected = invoke(
+            service,
+            "reflect",
+            {"namespace": namespace, "confirm_ids": foreign[:5], "pin_ids": foreign[5:10]},
         )
         assert reflected.get("confirmed", []) == [] and reflected.get("pinned", []) == []
         assert sorted(reflected["not_found"]) == sorted(foreign[:10])
@@ -302,14 +315,18 @@ def test_contradictions_are_flagged_only_within_a_namespace(
 ) -> None:
     service, truth, _ = populated
     for namespace in NAMESPACES:
-        answer = service.recall(
-            {"query": "what port does the gateway use", "namespace": namespace, "limit": 5}
+        answer = invoke(
+            service,
+            "recall",
+            {"query": "what port does the gateway use", "namespace": namespace, "limit": 5},
         )
         flagged = [r for r in answer["results"] if r.get("contradiction")]
         assert len(flagged) == 2, answer["results"]  # the two gateway ports of this namespace
         for item in flagged:
             assert {truth.owner[i] for i in item["contradicts"]} == {namespace}
-        reflected = service.reflect({"namespace": namespace, "include_contradictions": True})
+        reflected = invoke(
+            service, "reflect", {"namespace": namespace, "include_contradictions": True}
+        )
         assert_only_own(reflected, namespace, truth, "reflect")
         assert len(reflected["contradictions"]) == 1
 

@@ -16,6 +16,7 @@ import pytest
 from ferrex.core.errors import FerrexError
 from ferrex.core.memory import Memory, MemoryType, detect_type, embed_text, semantic_embed_text
 from ferrex.core.service import MemoryService
+from ferrex.server.calls import run_tool as invoke
 
 NOW = datetime(2026, 4, 1, tzinfo=UTC)
 
@@ -81,9 +82,15 @@ def test_embed_text_by_type() -> None:
 
 
 def test_stored_types_follow_detection(service: MemoryService) -> None:
-    semantic = service.store({"subject": "api-server", "predicate": "uses", "object": "tokio"})
-    procedural = service.store({"name": "deploy", "steps": ["build release", "push image"]})
-    episodic = service.store({"content": "paired with dana on the flaky integration test"})
+    semantic = invoke(
+        service, "store", {"subject": "api-server", "predicate": "uses", "object": "tokio"}
+    )
+    procedural = invoke(
+        service, "store", {"name": "deploy", "steps": ["build release", "push image"]}
+    )
+    episodic = invoke(
+        service, "store", {"content": "paired with dana on the flaky integration test"}
+    )
     stored = service.meta.get_memories([semantic["id"], procedural["id"], episodic["id"]])
     assert [semantic["type"], procedural["type"], episodic["type"]] == [
         "semantic",
@@ -98,12 +105,16 @@ def test_stored_types_follow_detection(service: MemoryService) -> None:
 
 
 def test_explicit_type_overrides_on_store(service: MemoryService) -> None:
-    note = service.store(
-        {"type": "episodic", "content": "talked about tokio", "subject": "api", "predicate": "x"}
+    note = invoke(
+        service,
+        "store",
+        {"type": "episodic", "content": "talked about tokio", "subject": "api", "predicate": "x"},
     )
-    recipe = service.store({"type": "procedural", "content": "1. stop\n2. start"})
+    recipe = invoke(service, "store", {"type": "procedural", "content": "1. stop\n2. start"})
     assert (note["type"], recipe["type"]) == ("episodic", "procedural")
-    recalled = service.recall({"query": "stop start", "types": ["procedural"]})["results"]
+    recalled = invoke(service, "recall", {"query": "stop start", "types": ["procedural"]})[
+        "results"
+    ]
     assert [r["id"] for r in recalled] == [recipe["id"]]
 
 
@@ -120,7 +131,7 @@ def test_missing_required_fields_are_clear_errors(
     service: MemoryService, arguments: dict[str, Any], field: str
 ) -> None:
     with pytest.raises(FerrexError) as error:
-        service.store(arguments)
+        invoke(service, "store", arguments)
     assert error.value.code == "missing_field" and error.value.details["field"] == field
     assert service.meta.count_memories() == 0
     assert service.index.points_by_memory() == {}
@@ -129,8 +140,10 @@ def test_missing_required_fields_are_clear_errors(
 def test_citing_a_memory_that_does_not_exist_stores_and_says_nothing_was_validated(
     service: MemoryService,
 ) -> None:
-    stored = service.store(
-        {"content": "summary of the incident review", "source": "memory:mem_00000000dead"}
+    stored = invoke(
+        service,
+        "store",
+        {"content": "summary of the incident review", "source": "memory:mem_00000000dead"},
     )
     assert stored["status"] == "stored" and "validated" not in stored
     [warning] = stored["warnings"]
@@ -162,9 +175,9 @@ SPEC_PROCEDURAL = {
 def test_the_spec_examples_store_verbatim(service: MemoryService) -> None:
     """The design's JSON examples (with ``t_invalid: null`` and ``version: 3``) are accepted as
     written; the version ferrex assigns is said, not silently replaced."""
-    fact = service.store(dict(SPEC_SEMANTIC))
+    fact = invoke(service, "store", dict(SPEC_SEMANTIC))
     assert fact["status"] == "stored"
-    procedure = service.store(dict(SPEC_PROCEDURAL))
+    procedure = invoke(service, "store", dict(SPEC_PROCEDURAL))
     assert procedure["version"] == 1
     [warning] = procedure["warnings"]
     assert "version 1" in warning and "version 3 was asked for" in warning
@@ -173,21 +186,29 @@ def test_the_spec_examples_store_verbatim(service: MemoryService) -> None:
 def test_a_fact_given_with_t_invalid_is_history_and_changes_no_current_fact(
     service: MemoryService,
 ) -> None:
-    current = service.store({"subject": "api", "predicate": "uses", "object": "tokio 1.38"})
-    old = service.store(
+    current = invoke(
+        service, "store", {"subject": "api", "predicate": "uses", "object": "tokio 1.38"}
+    )
+    old = invoke(
+        service,
+        "store",
         {
             "subject": "api",
             "predicate": "uses",
             "object": "async-std",
             "t_valid": "2024-01-01",
             "t_invalid": "2025-01-01",
-        }
+        },
     )
     assert old["status"] == "historical"
     assert service.meta.get_memory(current["id"]).t_invalid is None
-    now_ids = [r["id"] for r in service.recall({"query": "api uses", "limit": 10})["results"]]
+    now_ids = [
+        r["id"] for r in invoke(service, "recall", {"query": "api uses", "limit": 10})["results"]
+    ]
     assert now_ids == [current["id"]]
-    then = service.recall({"query": "api uses", "as_of": "2024-06-01", "limit": 10})["results"]
+    then = invoke(service, "recall", {"query": "api uses", "as_of": "2024-06-01", "limit": 10})[
+        "results"
+    ]
     assert [r["id"] for r in then] == [old["id"]]
 
 
@@ -195,28 +216,32 @@ def test_a_past_value_stored_again_is_a_duplicate_not_a_second_history_row(
     service: MemoryService,
 ) -> None:
     old = {"subject": "atlas", "predicate": "database", "object": "PostgreSQL 14"}
-    first = service.store({**old, "t_valid": "2024-01-10T00:00:00Z"})
-    service.store({**old, "object": "PostgreSQL 16", "t_valid": "2025-01-10T00:00:00Z"})
-    again = service.store({**old, "t_valid": "2024-01-10T00:00:00Z"})
+    first = invoke(service, "store", {**old, "t_valid": "2024-01-10T00:00:00Z"})
+    invoke(service, "store", {**old, "object": "PostgreSQL 16", "t_valid": "2025-01-10T00:00:00Z"})
+    again = invoke(service, "store", {**old, "t_valid": "2024-01-10T00:00:00Z"})
     assert again["status"] == "duplicate" and again["id"] == first["id"]
-    then = service.recall({"query": "atlas database", "as_of": "2024-06-01", "limit": 10})
+    then = invoke(
+        service, "recall", {"query": "atlas database", "as_of": "2024-06-01", "limit": 10}
+    )
     assert [r["id"] for r in then["results"]] == [first["id"]]
 
 
 def test_a_current_fact_given_again_with_t_invalid_ends(service: MemoryService) -> None:
     """How a fact ends without a replacement value: the same fact with a t_invalid."""
     role = {"subject": "Bob Martin", "predicate": "role", "object": "tech lead"}
-    current = service.store({**role, "t_valid": "2023-03-01T00:00:00Z"})
-    ended = service.store(
-        {**role, "t_valid": "2023-03-01T00:00:00Z", "t_invalid": "2024-08-30T00:00:00Z"}
+    current = invoke(service, "store", {**role, "t_valid": "2023-03-01T00:00:00Z"})
+    ended = invoke(
+        service,
+        "store",
+        {**role, "t_valid": "2023-03-01T00:00:00Z", "t_invalid": "2024-08-30T00:00:00Z"},
     )
     assert ended["status"] == "ended" and ended["id"] == current["id"]
     assert service.meta.count_memories() == 1
     query = {"query": "Bob Martin role", "limit": 5}
-    assert service.recall(query)["results"] == []
-    then = service.recall({**query, "as_of": "2024-01-01"})["results"]
+    assert invoke(service, "recall", query)["results"] == []
+    then = invoke(service, "recall", {**query, "as_of": "2024-01-01"})["results"]
     assert [r["id"] for r in then] == [current["id"]]
-    past = service.recall({**query, "include_invalidated": True})["results"]
+    past = invoke(service, "recall", {**query, "include_invalidated": True})["results"]
     assert past[0]["freshness"]["staleness"] == "superseded"
     assert past[0]["t_invalid"].startswith("2024-08-30")
     [entry] = [e for e in service.meta.audit_entries(limit=100) if e["action"] == "ended"]
@@ -226,29 +251,31 @@ def test_a_current_fact_given_again_with_t_invalid_ends(service: MemoryService) 
 def test_a_fact_ends_without_repeating_its_t_valid(service: MemoryService) -> None:
     """The same triple with only t_invalid ends the current fact, using its stored t_valid."""
     role = {"subject": "Bob Martin", "predicate": "role", "object": "tech lead"}
-    current = service.store({**role, "t_valid": "2023-03-01T00:00:00Z"})
-    ended = service.store({**role, "t_invalid": "2024-08-30T00:00:00Z"})
+    current = invoke(service, "store", {**role, "t_valid": "2023-03-01T00:00:00Z"})
+    ended = invoke(service, "store", {**role, "t_invalid": "2024-08-30T00:00:00Z"})
     assert ended["status"] == "ended" and ended["id"] == current["id"]
     stored = service.meta.get_memory(current["id"])
     assert stored is not None and stored.t_valid == datetime(2023, 3, 1, tzinfo=UTC)
     assert stored.t_invalid == datetime(2024, 8, 30, tzinfo=UTC)
     assert service.meta.count_memories() == 1
     # Ending it again is known history, not a second row.
-    again = service.store({**role, "t_invalid": "2024-08-30T00:00:00Z"})
+    again = invoke(service, "store", {**role, "t_invalid": "2024-08-30T00:00:00Z"})
     assert again["status"] == "duplicate" and again["id"] == current["id"]
     assert service.meta.count_memories() == 1
 
 
 def test_t_invalid_without_t_valid_and_no_such_fact_is_refused(service: MemoryService) -> None:
-    service.store({"subject": "Bob Martin", "predicate": "role", "object": "tech lead"})
+    invoke(service, "store", {"subject": "Bob Martin", "predicate": "role", "object": "tech lead"})
     with pytest.raises(FerrexError) as error:
-        service.store(
+        invoke(
+            service,
+            "store",
             {
                 "subject": "Bob Martin",
                 "predicate": "role",
                 "object": "architect",
                 "t_invalid": "2020-01-01T00:00:00Z",
-            }
+            },
         )
     assert error.value.code == "invalid_params" and error.value.details["field"] == "t_invalid"
     assert "give t_valid" in error.value.message
@@ -263,13 +290,17 @@ def test_history_already_known_is_a_duplicate(service: MemoryService) -> None:
         "t_valid": "2025-01-01T00:00:00Z",
         "t_invalid": "2025-09-01T00:00:00Z",
     }
-    first = service.store(dict(history))
-    again = service.store(dict(history))
+    first = invoke(service, "store", dict(history))
+    again = invoke(service, "store", dict(history))
     assert first["status"] == "historical"
     assert again["status"] == "duplicate" and again["id"] == first["id"]
-    overlapping = service.store({**history, "t_valid": "2025-06-01T00:00:00Z", "t_invalid": None})
+    overlapping = invoke(
+        service, "store", {**history, "t_valid": "2025-06-01T00:00:00Z", "t_invalid": None}
+    )
     assert overlapping["status"] != "historical" or overlapping["id"] != first["id"]
-    then = service.recall({"query": "api uses tokio", "as_of": "2025-03-01", "limit": 10})
+    then = invoke(
+        service, "recall", {"query": "api uses tokio", "as_of": "2025-03-01", "limit": 10}
+    )
     assert [r["id"] for r in then["results"]] == [first["id"]]
 
 
@@ -303,7 +334,7 @@ def test_t_invalid_must_end_after_the_fact_began(
     service: MemoryService, arguments: dict[str, Any], field: str
 ) -> None:
     with pytest.raises(FerrexError) as error:
-        service.store(arguments)
+        invoke(service, "store", arguments)
     assert error.value.code == "invalid_params" and error.value.details["field"] == field
     assert service.meta.count_memories() == 0
 
@@ -322,7 +353,7 @@ def test_fields_the_type_has_no_place_for_are_named_in_a_warning(
     service: MemoryService, arguments: dict[str, Any], dropped: str
 ) -> None:
     """The store happens (the type rules are the design's), but nothing is dropped silently."""
-    stored = service.store(arguments)
+    stored = invoke(service, "store", arguments)
     assert stored["status"] == "stored"
     [warning] = stored["warnings"]
     assert "so not stored" in warning and dropped in warning
@@ -334,4 +365,4 @@ def test_a_memory_using_every_field_it_gave_has_no_warning(service: MemoryServic
         {"subject": "api", "predicate": "uses", "object": "redis", "t_valid": "2026-01-01"},
         {"name": "deploy", "steps": ["build", "ship"], "conditions": ["on main"]},
     ):
-        assert "warnings" not in service.store(arguments)
+        assert "warnings" not in invoke(service, "store", arguments)

@@ -21,6 +21,8 @@ from tests.conftest import ServiceFactory
 
 from ferrex.core.errors import FerrexError
 from ferrex.core.service import MemoryService
+from ferrex.server.calls import run_tool as invoke
+from ferrex.server.calls import store_many
 
 # --------------------------------------------------------------------------- the set
 
@@ -171,7 +173,7 @@ SAME_PREDICATES = [
 
 def store(service: MemoryService, arguments: dict[str, Any]) -> dict[str, Any]:
     try:
-        return service.store(arguments)
+        return invoke(service, "store", arguments)
     except FerrexError as exc:
         return {"error": exc.to_dict()}
 
@@ -296,8 +298,8 @@ def test_near_miss_set_drops_nothing_and_still_catches_rewordings(
 def test_a_look_alike_subject_keeps_both_facts_and_names_the_other(
     service: MemoryService,
 ) -> None:
-    first = service.store(fact(("auth service", "owned_by", "team-identity"), "default"))
-    second = service.store(fact(("auth server", "owned_by", "team-platform"), "default"))
+    first = invoke(service, "store", fact(("auth service", "owned_by", "team-identity"), "default"))
+    second = invoke(service, "store", fact(("auth server", "owned_by", "team-platform"), "default"))
     assert second["status"] == "stored" and "superseded" not in second
     [alias] = second["possible_alias"]
     assert alias["id"] == first["id"] and alias["field"] == "subject"
@@ -305,33 +307,37 @@ def test_a_look_alike_subject_keeps_both_facts_and_names_the_other(
     assert "t_invalid" in alias["hint"] and "supersede" in alias["hint"]
     assert current(service, first["id"]) and current(service, second["id"])
     # The same look-alike name again replaces its own value only.
-    third = service.store(fact(("auth server", "owned_by", "team-core"), "default"))
+    third = invoke(service, "store", fact(("auth server", "owned_by", "team-core"), "default"))
     assert third["superseded"] == [second["id"]]
     assert [a["id"] for a in third["possible_alias"]] == [first["id"]]
     assert current(service, first["id"]) and not current(service, second["id"])
     # The exact name supersedes its own fact as before, and leaves the look-alike's alone.
-    fourth = service.store(fact(("auth service", "owned_by", "team-access"), "default"))
+    fourth = invoke(service, "store", fact(("auth service", "owned_by", "team-access"), "default"))
     assert fourth["superseded"] == [first["id"]] and current(service, third["id"])
 
 
 def test_a_look_alike_predicate_is_a_relation_of_its_own(service: MemoryService) -> None:
-    http = service.store(fact(("api gateway", "http_port", "8080"), "default"))
-    https = service.store(fact(("api gateway", "https_port", "8443"), "default"))
+    http = invoke(service, "store", fact(("api gateway", "http_port", "8080"), "default"))
+    https = invoke(service, "store", fact(("api gateway", "https_port", "8443"), "default"))
     assert https["status"] == "stored" and https["predicate"]["canonical"] == "httpsport"
     assert https["possible_alias"][0]["field"] == "predicate"
     assert https["possible_alias"][0]["other"] == "http_port"
-    again = service.store(fact(("api gateway", "https_port", "9443"), "default"))
+    again = invoke(service, "store", fact(("api gateway", "https_port", "9443"), "default"))
     assert again["status"] == "superseded" and again["superseded"] == [https["id"]]
     assert "possible_alias" not in again
     assert current(service, http["id"])
     # Look-alikes are not contradictions of each other.
-    assert service.reflect({"namespace": "default"})["contradictions"] == []
+    assert invoke(service, "reflect", {"namespace": "default"})["contradictions"] == []
 
 
 def test_the_design_synonym_supersede_is_unchanged(service: MemoryService) -> None:
-    old = service.store(fact(("api-server", "uses", "tokio 1.36"), "default", confidence=0.9))
-    new = service.store(
-        fact(("api-server", "depends-on", "tokio 1.38"), "default", confidence=0.95)
+    old = invoke(
+        service, "store", fact(("api-server", "uses", "tokio 1.36"), "default", confidence=0.9)
+    )
+    new = invoke(
+        service,
+        "store",
+        fact(("api-server", "depends-on", "tokio 1.38"), "default", confidence=0.95),
     )
     assert new["status"] == "superseded" and new["superseded"] == [old["id"]]
     assert "possible_alias" not in new
@@ -341,8 +347,8 @@ def test_the_design_synonym_supersede_is_unchanged(service: MemoryService) -> No
 def test_a_same_value_under_a_look_alike_name_is_still_a_duplicate(
     service: MemoryService,
 ) -> None:
-    first = service.store(fact(("auth service", "owned_by", "team-identity"), "default"))
-    again = service.store(fact(("auth server", "owned_by", "team-identity"), "default"))
+    first = invoke(service, "store", fact(("auth service", "owned_by", "team-identity"), "default"))
+    again = invoke(service, "store", fact(("auth server", "owned_by", "team-identity"), "default"))
     assert again["status"] == "duplicate" and again["duplicate_of"] == first["id"]
 
 
@@ -354,5 +360,5 @@ def test_items_of_one_batch_that_differ_in_a_token_are_both_stored(
     make_service: ServiceFactory, first: str, second: str
 ) -> None:
     service = make_service()
-    answers = service.store_many([{"content": first}, {"content": second}])
+    answers = store_many(service, [{"content": first}, {"content": second}])
     assert [a.get("status") for a in answers] == ["stored", "stored"]

@@ -19,6 +19,7 @@ from tests.conftest import ServiceFactory
 from ferrex.config import Settings, load_settings
 from ferrex.core.predicates import PredicateNormalizer, normalize_predicate
 from ferrex.core.service import MemoryService
+from ferrex.server.calls import run_tool as invoke
 
 DEFAULT_SYNONYMS = Settings().predicates.synonyms
 
@@ -204,8 +205,8 @@ def test_namespace_synonyms_extend_or_replace_the_map() -> None:
 
 
 def test_synonym_predicates_supersede_each_other(service: MemoryService) -> None:
-    first = service.store(fact("api-server", "uses", "tokio 1.36"))
-    second = service.store(fact("api-server", "requires", "tokio 1.38"))
+    first = invoke(service, "store", fact("api-server", "uses", "tokio 1.36"))
+    second = invoke(service, "store", fact("api-server", "requires", "tokio 1.38"))
     assert second["status"] == "superseded" and second["superseded"] == [first["id"]]
     assert second["predicate"] == {"canonical": "depends_on", "resolved_by": "synonym"}
     assert current_objects(service, "api-server") == {"tokio 1.38"}
@@ -215,15 +216,15 @@ def test_fuzzy_predicate_against_same_subject_keeps_both_current(service: Memory
     """A predicate that matches another only by Jaro-Winkler never overwrites its current fact
     (issue 11: "http_port" / "https_port" look as alike as "deployed_to" / "deploys-to"): it is
     a relation of its own and the answer names the look-alike."""
-    first = service.store(fact("web", "deployed_to", "staging cluster"))
-    second = service.store(fact("web", "deploys-to", "production cluster"))
+    first = invoke(service, "store", fact("web", "deployed_to", "staging cluster"))
+    second = invoke(service, "store", fact("web", "deploys-to", "production cluster"))
     assert second["predicate"] == {"canonical": "deploysto", "resolved_by": "new"}
     assert "superseded" not in second
     [alias] = second["possible_alias"]
     assert alias["id"] == first["id"] and alias["other"] == "deployed_to"
     assert current_objects(service, "web") == {"staging cluster", "production cluster"}
     # The look-alike spelling is its own relation from now on: a new value replaces its own.
-    again = service.store(fact("web", "deploys_to", "batch cluster"))
+    again = invoke(service, "store", fact("web", "deploys_to", "batch cluster"))
     assert again["superseded"] == [second["id"]] and "possible_alias" not in again
     assert current_objects(service, "web") == {"staging cluster", "batch cluster"}
 
@@ -234,15 +235,15 @@ def test_fuzzy_predicate_against_same_subject_keeps_both_current(service: Memory
 def test_conflicts_do_not_depend_on_which_spelling_came_first(
     service: MemoryService, first: str, second: str
 ) -> None:
-    old = service.store(fact("api", first, "tokio 1.36", t_valid="2026-01-01"))
-    new = service.store(fact("api", second, "tokio 1.38", t_valid="2026-02-01"))
+    old = invoke(service, "store", fact("api", first, "tokio 1.36", t_valid="2026-01-01"))
+    new = invoke(service, "store", fact("api", second, "tokio 1.38", t_valid="2026-02-01"))
     assert new["status"] == "superseded" and new["superseded"] == [old["id"]]
     assert current_objects(service, "api") == {"tokio 1.38"}
 
 
 def test_fuzzy_predicates_only_compare_within_the_subject(service: MemoryService) -> None:
-    service.store(fact("web", "deployed_to", "staging cluster"))
-    other = service.store(fact("worker", "deploys-to", "batch cluster"))
+    invoke(service, "store", fact("web", "deployed_to", "staging cluster"))
+    other = invoke(service, "store", fact("worker", "deploys-to", "batch cluster"))
     assert other["predicate"] == {"canonical": "deploysto", "resolved_by": "new"}
     assert other["status"] == "stored"
     assert current_objects(service, "web") == {"staging cluster"}
@@ -250,7 +251,7 @@ def test_fuzzy_predicates_only_compare_within_the_subject(service: MemoryService
 
 def test_unrelated_predicates_do_not_conflict(service: MemoryService) -> None:
     ids = [
-        service.store(fact("api-server", predicate, obj))["id"]
+        invoke(service, "store", fact("api-server", predicate, obj))["id"]
         for predicate, obj in [
             ("uses", "tokio"),
             ("license", "MIT"),
@@ -267,12 +268,16 @@ def test_per_namespace_synonym_override(make_service: ServiceFactory) -> None:
     service = make_service(
         predicates={"namespaces": {"infra": {"synonyms": {"depends_on": ["links_against"]}}}}
     )
-    infra_old = service.store(fact("libfoo", "uses", "openssl 1.1", namespace="infra"))
-    infra_new = service.store(fact("libfoo", "links against", "openssl 3.0", namespace="infra"))
+    infra_old = invoke(service, "store", fact("libfoo", "uses", "openssl 1.1", namespace="infra"))
+    infra_new = invoke(
+        service, "store", fact("libfoo", "links against", "openssl 3.0", namespace="infra")
+    )
     assert infra_new["superseded"] == [infra_old["id"]]
     # Outside "infra" the extra synonym does not exist: the two predicates stay distinct.
-    service.store(fact("libfoo", "uses", "openssl 1.1", namespace="apps"))
-    apps_new = service.store(fact("libfoo", "links against", "openssl 3.0", namespace="apps"))
+    invoke(service, "store", fact("libfoo", "uses", "openssl 1.1", namespace="apps"))
+    apps_new = invoke(
+        service, "store", fact("libfoo", "links against", "openssl 3.0", namespace="apps")
+    )
     assert apps_new["status"] == "stored"
     assert apps_new["predicate"]["canonical"] == "linksagainst"
     assert current_objects(service, "libfoo", "apps") == {"openssl 1.1", "openssl 3.0"}

@@ -28,6 +28,7 @@ from ferrex.core.procedures import (
     same_name,
 )
 from ferrex.core.service import MemoryService
+from ferrex.server.calls import run_tool as invoke
 
 NOW = datetime(2026, 4, 1, tzinfo=UTC)
 V1 = ["build release", "push to registry", "apply k8s manifest"]
@@ -63,7 +64,7 @@ def deploy(steps: list[str], **extra: Any) -> dict[str, Any]:
 
 def recall_procedures(service: MemoryService, **extra: Any) -> list[dict[str, Any]]:
     arguments = {"query": "how to deploy to staging", "types": ["procedural"], "limit": 10}
-    return service.recall({**arguments, **extra})["results"]
+    return invoke(service, "recall", {**arguments, **extra})["results"]
 
 
 # --------------------------------------------------------------------------- helpers
@@ -102,8 +103,8 @@ def test_same_definition_ignores_spacing_only() -> None:
 
 
 def test_same_name_creates_the_next_version_and_keeps_the_old(service: MemoryService) -> None:
-    first = service.store(deploy(V1))
-    second = service.store(deploy(V2))
+    first = invoke(service, "store", deploy(V1))
+    second = invoke(service, "store", deploy(V2))
     assert (first["version"], second["version"]) == (1, 2)
     assert second["status"] == "stored"
     assert second["previous_version"] == {"id": first["id"], "version": 1}
@@ -118,8 +119,8 @@ def test_same_name_creates_the_next_version_and_keeps_the_old(service: MemorySer
 
 
 def test_recall_returns_newest_by_default_and_old_on_request(service: MemoryService) -> None:
-    first = service.store(deploy(V1))
-    second = service.store(deploy(V2))
+    first = invoke(service, "store", deploy(V1))
+    second = invoke(service, "store", deploy(V2))
     newest = recall_procedures(service)
     assert [(r["id"], r["version"], r["steps"]) for r in newest] == [(second["id"], 2, V2)]
     old = recall_procedures(service, version=1)
@@ -130,9 +131,11 @@ def test_recall_returns_newest_by_default_and_old_on_request(service: MemoryServ
 
 
 def test_rollback_creates_a_new_version_equal_to_the_old(service: MemoryService) -> None:
-    service.store(deploy(V1))
-    second = service.store(deploy(V2))
-    rolled = service.store({"type": "procedural", "name": "deploy-to-staging", "rollback_to": 1})
+    invoke(service, "store", deploy(V1))
+    second = invoke(service, "store", deploy(V2))
+    rolled = invoke(
+        service, "store", {"type": "procedural", "name": "deploy-to-staging", "rollback_to": 1}
+    )
     assert (rolled["version"], rolled["rolled_back_to"]) == (3, 1)
     assert rolled["previous_version"] == {"id": second["id"], "version": 2}
     [current] = recall_procedures(service)
@@ -142,29 +145,31 @@ def test_rollback_creates_a_new_version_equal_to_the_old(service: MemoryService)
 
 
 def test_a_changed_version_is_not_a_near_duplicate(service: MemoryService) -> None:
-    service.store(deploy(V1))
+    invoke(service, "store", deploy(V1))
     # V2 embeds with cosine > 0.95 to V1: still an update, not a rejected duplicate.
-    assert service.store(deploy(V2))["version"] == 2
+    assert invoke(service, "store", deploy(V2))["version"] == 2
 
 
 def test_an_unchanged_version_is_a_duplicate(service: MemoryService) -> None:
-    first = service.store(deploy(V1))
+    first = invoke(service, "store", deploy(V1))
     with pytest.raises(FerrexError) as error:
-        service.store(deploy(V1))
+        invoke(service, "store", deploy(V1))
     assert error.value.code == "duplicate" and error.value.details["existing_id"] == first["id"]
     assert service.meta.count_memories() == 1
 
 
 def test_names_match_case_insensitively(service: MemoryService) -> None:
-    first = service.store(deploy(V1))
-    second = service.store({**deploy(V2), "name": "Deploy-To-Staging"})
+    first = invoke(service, "store", deploy(V1))
+    second = invoke(service, "store", {**deploy(V2), "name": "Deploy-To-Staging"})
     assert second["version"] == 2 and second["previous_version"]["id"] == first["id"]
 
 
 def test_other_names_and_namespaces_have_their_own_versions(service: MemoryService) -> None:
-    service.store(deploy(V1))
-    prod = service.store({**deploy(["wait for approval", "apply prod manifest"]), "name": "prod"})
-    elsewhere = service.store({**deploy(V1), "namespace": "other"})
+    invoke(service, "store", deploy(V1))
+    prod = invoke(
+        service, "store", {**deploy(["wait for approval", "apply prod manifest"]), "name": "prod"}
+    )
+    elsewhere = invoke(service, "store", {**deploy(V1), "namespace": "other"})
     assert prod["version"] == 1 and elsewhere["version"] == 1
     assert "previous_version" not in prod and "previous_version" not in elsewhere
 
@@ -180,11 +185,11 @@ def test_other_names_and_namespaces_have_their_own_versions(service: MemoryServi
 def test_bad_version_requests_write_nothing(
     service: MemoryService, arguments: dict[str, Any], code: str
 ) -> None:
-    first = service.store(deploy(V1))
+    first = invoke(service, "store", deploy(V1))
     count = service.meta.count_memories()
     points = service.index.points_by_memory()
     with pytest.raises(FerrexError) as error:
-        service.store(arguments)
+        invoke(service, "store", arguments)
     assert error.value.code == code
     assert service.meta.count_memories() == count
     assert service.index.points_by_memory() == points
@@ -194,7 +199,7 @@ def test_bad_version_requests_write_nothing(
 def test_a_re_store_in_other_words_is_still_a_duplicate(service: MemoryService) -> None:
     """Another case of the name, other spacing, the steps as numbered text instead of a list:
     same procedure, same steps, so no new version (the case of a step counts: commands)."""
-    first = service.store(deploy(["build release", "push image"]))
+    first = invoke(service, "store", deploy(["build release", "push image"]))
     for again in (
         deploy(["build release", "push  image"], name="DEPLOY-to-Staging"),
         {
@@ -205,29 +210,33 @@ def test_a_re_store_in_other_words_is_still_a_duplicate(service: MemoryService) 
         },
     ):
         with pytest.raises(FerrexError) as error:
-            service.store(again)
+            invoke(service, "store", again)
         assert error.value.code == "duplicate"
         assert error.value.details["existing_id"] == first["id"]
     assert len(recall_procedures(service, include_invalidated=True)) == 1
 
 
 def test_rolling_back_to_the_current_steps_is_refused(service: MemoryService) -> None:
-    service.store(deploy(["build", "ship"]))
-    service.store(deploy(["build", "test", "ship"]))
-    service.store(deploy(["build", "ship"]))  # version 3 has version 1's steps
+    invoke(service, "store", deploy(["build", "ship"]))
+    invoke(service, "store", deploy(["build", "test", "ship"]))
+    invoke(service, "store", deploy(["build", "ship"]))  # version 3 has version 1's steps
     with pytest.raises(FerrexError) as error:
-        service.store({"type": "procedural", "name": "deploy-to-staging", "rollback_to": 1})
+        invoke(
+            service, "store", {"type": "procedural", "name": "deploy-to-staging", "rollback_to": 1}
+        )
     assert error.value.code == "duplicate"
     assert len(recall_procedures(service, include_invalidated=True)) == 3
 
 
 @pytest.mark.parametrize("extra", [{"steps": ["x"]}, {"content": "1. x"}, {"conditions": ["y"]}])
 def test_rollback_with_new_steps_is_refused(service: MemoryService, extra: dict[str, Any]) -> None:
-    service.store(deploy(["build", "ship"]))
-    service.store(deploy(["build", "test", "ship"]))
+    invoke(service, "store", deploy(["build", "ship"]))
+    invoke(service, "store", deploy(["build", "test", "ship"]))
     with pytest.raises(FerrexError) as error:
-        service.store(
-            {"type": "procedural", "name": "deploy-to-staging", "rollback_to": 1, **extra}
+        invoke(
+            service,
+            "store",
+            {"type": "procedural", "name": "deploy-to-staging", "rollback_to": 1, **extra},
         )
     assert error.value.code == "invalid_params"
     assert error.value.details["field"] == next(iter(extra))
@@ -260,14 +269,16 @@ def test_a_real_change_is_a_new_version_however_small(
 ) -> None:
     """Conditions, the case of a command, a number that looks like a list marker, a preamble
     line: each is a change, so a new version (only spelling-neutral differences are not)."""
-    service.store({"type": "procedural", "name": "release", **first})
-    again = service.store({"type": "procedural", "name": "release", **second})
+    invoke(service, "store", {"type": "procedural", "name": "release", **first})
+    again = invoke(service, "store", {"type": "procedural", "name": "release", **second})
     assert again["version"] == 2, again
 
 
 def test_version_on_an_unnamed_procedure_is_named_in_a_warning(service: MemoryService) -> None:
-    stored = service.store(
-        {"type": "procedural", "steps": ["a thing to do", "another thing"], "version": 3}
+    stored = invoke(
+        service,
+        "store",
+        {"type": "procedural", "steps": ["a thing to do", "another thing"], "version": 3},
     )
     assert stored["status"] == "stored" and "version" not in stored
     [warning] = stored["warnings"]
@@ -276,7 +287,7 @@ def test_version_on_an_unnamed_procedure_is_named_in_a_warning(service: MemorySe
 
 def test_rollback_needs_no_explicit_type(service: MemoryService) -> None:
     """``name`` + ``rollback_to`` is a procedure, as the schema describes it."""
-    service.store(deploy(["build", "ship"]))
-    service.store(deploy(["build", "test", "ship"]))
-    rolled = service.store({"name": "deploy-to-staging", "rollback_to": 1})
+    invoke(service, "store", deploy(["build", "ship"]))
+    invoke(service, "store", deploy(["build", "test", "ship"]))
+    rolled = invoke(service, "store", {"name": "deploy-to-staging", "rollback_to": 1})
     assert rolled["type"] == "procedural" and rolled["version"] == 3

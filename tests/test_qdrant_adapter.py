@@ -9,6 +9,8 @@ import pytest
 from qdrant_client import QdrantClient, models
 from tests.conftest import ServiceFactory
 
+from ferrex.server.calls import run_tool as invoke
+from ferrex.server.calls import store_many
 from ferrex.store.qdrant import COLLECTION, QdrantIndex
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -56,7 +58,7 @@ def _contents(response: dict) -> list[str]:
 def test_collection_schema(make_service: ServiceFactory) -> None:
     client = QdrantClient(":memory:")
     service = make_service(clock=lambda: NOW, index=QdrantIndex(client, mode="local"))
-    service.store(MEMORIES[0])
+    invoke(service, "store", MEMORIES[0])
     info = client.get_collection(COLLECTION)
     vectors = info.config.params.vectors
     assert isinstance(vectors, dict) and vectors["dense"].distance == models.Distance.COSINE
@@ -81,11 +83,11 @@ def test_same_results_as_the_embedded_engine(make_service: ServiceFactory) -> No
         clock=lambda: NOW, index=QdrantIndex(QdrantClient(":memory:"), mode="local")
     )
     for service in (edge, local):
-        stored = service.store_many(MEMORIES)
+        stored = store_many(service, MEMORIES)
         assert all("error" not in s for s in stored)
     for query in QUERIES:
-        a = edge.recall({**query, "limit": 5})
-        b = local.recall({**query, "limit": 5})
+        a = invoke(edge, "recall", {**query, "limit": 5})
+        b = invoke(local, "recall", {**query, "limit": 5})
         assert _contents(a) == _contents(b), query
         assert [r["score"] for r in a["results"]] == [r["score"] for r in b["results"]]
 
@@ -93,18 +95,24 @@ def test_same_results_as_the_embedded_engine(make_service: ServiceFactory) -> No
 def test_supersede_forget_and_history_on_qdrant_client(make_service: ServiceFactory) -> None:
     client = QdrantClient(":memory:")
     service = make_service(clock=lambda: NOW, index=QdrantIndex(client, mode="local"))
-    old = service.store({"subject": "api-server", "predicate": "uses", "object": "tokio 1.36"})
-    new = service.store(
-        {"subject": "api-server", "predicate": "depends-on", "object": "tokio 1.38"}
+    old = invoke(
+        service, "store", {"subject": "api-server", "predicate": "uses", "object": "tokio 1.36"}
+    )
+    new = invoke(
+        service,
+        "store",
+        {"subject": "api-server", "predicate": "depends-on", "object": "tokio 1.38"},
     )
     assert new["status"] == "superseded" and new["superseded"] == [old["id"]]
-    current = service.recall({"query": "api-server tokio", "types": ["semantic"]})
+    current = invoke(service, "recall", {"query": "api-server tokio", "types": ["semantic"]})
     assert [r["id"] for r in current["results"]] == [new["id"]]
-    history = service.recall(
-        {"query": "api-server tokio", "types": ["semantic"], "include_invalidated": True}
+    history = invoke(
+        service,
+        "recall",
+        {"query": "api-server tokio", "types": ["semantic"], "include_invalidated": True},
     )
     assert {r["id"] for r in history["results"]} == {old["id"], new["id"]}
-    gone = service.forget({"ids": [new["id"]]})
+    gone = invoke(service, "forget", {"ids": [new["id"]]})
     assert gone["deleted"] == [new["id"]]
     assert service.index.points_by_memory().keys() == {old["id"]}
 
@@ -117,30 +125,36 @@ def test_time_range_finds_the_facts_valid_during_it(
     time range includes facts invalidated since. Events keep filtering on their own time."""
     index = QdrantIndex(QdrantClient(":memory:"), mode="local") if engine != "edge" else None
     service = make_service(clock=lambda: NOW, index=index)
-    v1 = service.store(
+    v1 = invoke(
+        service,
+        "store",
         {
             "subject": "api-server",
             "predicate": "runtime",
             "object": "node 16",
             "t_valid": "2026-01-01",
-        }
+        },
     )["id"]
-    v2 = service.store(
+    v2 = invoke(
+        service,
+        "store",
         {
             "subject": "api-server",
             "predicate": "runtime",
             "object": "node 20",
             "t_valid": "2026-03-01",
-        }
+        },
     )["id"]
-    event = service.store(
-        {"content": "api-server runtime upgrade rehearsal", "timestamp": "2026-02-10T10:00:00Z"}
+    event = invoke(
+        service,
+        "store",
+        {"content": "api-server runtime upgrade rehearsal", "timestamp": "2026-02-10T10:00:00Z"},
     )["id"]
 
     def ids(after: str | None, before: str | None) -> set[str]:
         window = {k: v for k, v in (("after", after), ("before", before)) if v}
         query = {"query": "api-server runtime", "time_range": window, "include_stale": True}
-        answer = service.recall({**query, "limit": 10})
+        answer = invoke(service, "recall", {**query, "limit": 10})
         return {r["id"] for r in answer["results"]}
 
     assert ids("2026-02-01", "2026-02-20") == {v1, event}  # v1 was valid then (superseded since)

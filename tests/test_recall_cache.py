@@ -21,6 +21,7 @@ from tests.test_staleness import MovableClock
 
 from ferrex.core.clock import parse_timestamp, to_iso
 from ferrex.core.service import MemoryService
+from ferrex.server.calls import run_tool as invoke
 
 NOW = datetime(2026, 5, 4, 8, 30, tzinfo=UTC)
 ServiceFactory = Callable[..., MemoryService]
@@ -85,7 +86,7 @@ def seed(service: MemoryService) -> None:
     start = clock.current
     for item in MEMORIES:
         clock.current = parse_timestamp(item["timestamp"]) if "timestamp" in item else start
-        assert "error" not in service.store(item)
+        assert "error" not in invoke(service, "store", item)
     clock.current = start
 
 
@@ -116,33 +117,33 @@ def test_hits_return_exactly_what_misses_return(
     )
     for round_number in range(3):
         for query in QUERIES:
-            hit_or_miss = cached.recall(query)
-            reference = uncached.recall(query)
+            hit_or_miss = invoke(cached, "recall", query)
+            reference = invoke(uncached, "recall", query)
             assert hit_or_miss == reference, (round_number, query)
             assert reference["results"] or reference["stale_held_back"], query
         cached.access.flush()
         uncached.access.flush()
         clock.advance(30)  # ages everything: staleness changes under the cached entries
-    counters = cached.stats({"detailed": True})["cache"]
+    counters = invoke(cached, "stats", {"detailed": True})["cache"]
     # limit and include_stale apply after the cached retrieval: the first three queries share
     # one entry, so 7 distinct entries were missed once and hit every other time.
     assert counters["misses"] == len(QUERIES) - 2
     assert counters["hits"] == 3 * len(QUERIES) - counters["misses"]
-    assert uncached.stats({"detailed": True})["cache"]["hits"] == 0
+    assert invoke(uncached, "stats", {"detailed": True})["cache"]["hits"] == 0
 
 
 def test_hit_equals_the_miss_after_invalidate(make_service: ServiceFactory) -> None:
     service = make_service(clock=MovableClock(NOW), lifecycle=QUIET_ACCESS)
     seed(service)
     query = {"query": "payments connection pool timeout", "include_stale": True}
-    first = service.recall(query)
+    first = invoke(service, "recall", query)
     service.access.flush()
-    hit = service.recall(query)
+    hit = invoke(service, "recall", query)
     assert service.cache.stats()["hits"] == 1
     assert hit != first  # the access bump of the first call shows through the cached entry
     assert {r["freshness"]["access_count"] for r in hit["results"]} == {1}
     service.cache.invalidate()
-    miss = service.recall(query)
+    miss = invoke(service, "recall", query)
     assert service.cache.stats()["hits"] == 1
     assert miss == hit
 
@@ -150,8 +151,8 @@ def test_hit_equals_the_miss_after_invalidate(make_service: ServiceFactory) -> N
 def test_explain_reports_cache_hits(service: MemoryService) -> None:
     seed(service)
     query = {"query": "payments connection pool timeout", "explain": True}
-    assert service.recall(query)["cache_hit"] is False
-    assert service.recall(query)["cache_hit"] is True
+    assert invoke(service, "recall", query)["cache_hit"] is False
+    assert invoke(service, "recall", query)["cache_hit"] is True
 
 
 def ids_of(answer: dict[str, Any]) -> list[str]:
@@ -161,12 +162,16 @@ def ids_of(answer: dict[str, Any]) -> list[str]:
 def test_store_in_the_namespace_invalidates(service: MemoryService) -> None:
     seed(service)
     query = {"query": "search cluster heap size", "limit": 10}
-    before = service.recall(query)
-    service.recall(query)
+    before = invoke(service, "recall", query)
+    invoke(service, "recall", query)
     hits = service.cache.stats()["hits"]
     assert hits == 1
-    new = service.store({"content": "the search cluster heap was lowered to 12 GB after GC pauses"})
-    after = service.recall(query)
+    new = invoke(
+        service,
+        "store",
+        {"content": "the search cluster heap was lowered to 12 GB after GC pauses"},
+    )
+    after = invoke(service, "recall", query)
     assert service.cache.stats()["hits"] == hits  # a miss
     assert new["id"] in ids_of(after) and new["id"] not in ids_of(before)
 
@@ -174,33 +179,35 @@ def test_store_in_the_namespace_invalidates(service: MemoryService) -> None:
 def test_forget_in_the_namespace_invalidates(service: MemoryService) -> None:
     seed(service)
     query = {"query": "search cluster heap size", "limit": 10}
-    before = service.recall(query)
-    service.recall(query)
+    before = invoke(service, "recall", query)
+    invoke(service, "recall", query)
     victim = ids_of(before)[0]
-    service.forget({"ids": [victim]})
-    after = service.recall(query)
+    invoke(service, "forget", {"ids": [victim]})
+    after = invoke(service, "recall", query)
     assert service.cache.stats()["hits"] == 1
     assert victim not in ids_of(after)
     assert set(ids_of(after)) == set(ids_of(before)) - {victim}
     # The order is what a recall without any cache computes now (rank-based scores shift
     # when a result goes, so it need not be the old order minus the victim).
     service.cache.invalidate()
-    assert ids_of(service.recall(query)) == ids_of(after)
+    assert ids_of(invoke(service, "recall", query)) == ids_of(after)
 
 
 def test_a_write_to_another_namespace_keeps_the_cache(service: MemoryService) -> None:
     seed(service)
     query = {"query": "search cluster heap size", "limit": 10}
-    before = service.recall(query)
-    service.store(
+    before = invoke(service, "recall", query)
+    invoke(
+        service,
+        "store",
         {
             "content": "the search cluster heap is 64 GB in the analytics project",
             "namespace": "analytics",
-        }
+        },
     )
-    other = service.recall({**query, "namespace": "analytics"})
+    other = invoke(service, "recall", {**query, "namespace": "analytics"})
     assert len(other["results"]) == 1
-    again = service.recall(query)
+    again = invoke(service, "recall", query)
     assert service.cache.stats()["hits"] == 1
     assert ids_of(again) == ids_of(before)
 
@@ -209,19 +216,19 @@ def test_each_spelling_of_a_query_has_its_own_entry(service: MemoryService) -> N
     """Uncased embeddings make "Tokio" and "tokio" one vector; a cased cross-encoder scores
     them differently, so they must not share cached scores."""
     seed(service)
-    service.recall({"query": "Payments connection pool"})
-    service.recall({"query": "payments connection pool"})
+    invoke(service, "recall", {"query": "Payments connection pool"})
+    invoke(service, "recall", {"query": "payments connection pool"})
     assert service.cache.stats()["hits"] == 0
-    service.recall({"query": "payments connection pool"})
+    invoke(service, "recall", {"query": "payments connection pool"})
     assert service.cache.stats()["hits"] == 1
 
 
 @pytest.mark.parametrize(
     "write",
     [
-        lambda s, mid: s.reflect({"confirm_ids": [mid]}),
-        lambda s, mid: s.reflect({"pin_ids": [mid]}),
-        lambda s, mid: s.reflect({"unpin_ids": [mid]}),
+        lambda s, mid: invoke(s, "reflect", {"confirm_ids": [mid]}),
+        lambda s, mid: invoke(s, "reflect", {"pin_ids": [mid]}),
+        lambda s, mid: invoke(s, "reflect", {"unpin_ids": [mid]}),
     ],
     ids=["confirm", "pin", "unpin"],
 )
@@ -230,24 +237,24 @@ def test_reflect_writes_invalidate(
 ) -> None:
     seed(service)
     query = {"query": "search cluster heap size", "limit": 10}
-    target = ids_of(service.recall(query))[0]
+    target = ids_of(invoke(service, "recall", query))[0]
     hits = service.cache.stats()["hits"]
     write(service, target)
-    service.recall(query)
+    invoke(service, "recall", query)
     assert service.cache.stats()["hits"] == hits  # recomputed, not served from the cache
 
 
 def test_an_eviction_invalidates(make_service: ServiceFactory) -> None:
     clock = MovableClock(NOW)
     service = make_service(clock=clock, lifecycle={"max_memories": 2})
-    old = service.store({"content": "the search cluster heap was raised to 31 GB"})["id"]
+    old = invoke(service, "store", {"content": "the search cluster heap was raised to 31 GB"})["id"]
     clock.current = NOW + timedelta(days=120)  # old is stale now: the first to go
-    service.store({"content": "the search cluster was moved to new hardware"})
+    invoke(service, "store", {"content": "the search cluster was moved to new hardware"})
     query = {"query": "search cluster heap", "limit": 10, "include_stale": True}
-    assert old in ids_of(service.recall(query))
-    answer = service.store({"content": "kibana dashboards were cleaned up"})
+    assert old in ids_of(invoke(service, "recall", query))
+    answer = invoke(service, "store", {"content": "kibana dashboards were cleaned up"})
     assert answer["evicted"] == 1
-    assert old not in ids_of(service.recall(query))
+    assert old not in ids_of(invoke(service, "recall", query))
 
 
 def test_the_cache_is_a_bounded_lru(make_service: ServiceFactory) -> None:
@@ -258,13 +265,13 @@ def test_the_cache_is_a_bounded_lru(make_service: ServiceFactory) -> None:
         {"query": "payments connection pool timeout"},
         {"query": "how to resize the pool"},
     )
-    service.recall(first)
-    service.recall(second)
-    service.recall(first)  # first is now the most recently used
-    service.recall(third)  # evicts second, the least recently used
+    invoke(service, "recall", first)
+    invoke(service, "recall", second)
+    invoke(service, "recall", first)  # first is now the most recently used
+    invoke(service, "recall", third)  # evicts second, the least recently used
     assert service.cache.stats()["entries"] == 2
     hits = service.cache.stats()["hits"]
-    service.recall(first)
+    invoke(service, "recall", first)
     assert service.cache.stats()["hits"] == hits + 1
-    service.recall(second)
+    invoke(service, "recall", second)
     assert service.cache.stats()["hits"] == hits + 1  # second was dropped

@@ -16,6 +16,8 @@ from tests.conftest import ServiceFactory, call, mcp_client, ok
 from tests.support.tiny_cross_encoder import build_tiny_cross_encoder
 
 from ferrex.embed.reranker import FastEmbedReranker
+from ferrex.server.calls import run_tool as invoke
+from ferrex.server.calls import store_many
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 INCIDENTS = [
@@ -60,12 +62,12 @@ def test_reranker_reorders_the_fused_head(
         clock=lambda: NOW, reranker=_reranker(tiny_model, models_dir), rerank=True
     )
     for service in (plain, reranked):
-        service.store_many(
-            [{"content": text, "timestamp": "2026-11-28T10:00:00Z"} for text in ANIMALS]
+        store_many(
+            service, [{"content": text, "timestamp": "2026-11-28T10:00:00Z"} for text in ANIMALS]
         )
     query = {"query": "what animals did we see on the safari", "limit": 5, "explain": True}
-    without = plain.recall(query)
-    with_rerank = reranked.recall(query)
+    without = invoke(plain, "recall", query)
+    with_rerank = invoke(reranked, "recall", query)
     assert without["reranked"] is False and without["score_basis"] == "fused"
     assert "rerank_status" in without
     assert with_rerank["reranked"] is True and with_rerank["score_basis"] == "rerank"
@@ -103,8 +105,10 @@ def test_rerank_window_keeps_fused_order_for_the_rest(
         "travellers rested in the shade of palms at the oasis",
         "at the last oasis a zebra drank next to the camels",
     ]
-    service.store_many([{"content": t, "timestamp": "2026-11-29T10:00:00Z"} for t in texts])
-    response = service.recall({"query": "caravan camels oasis", "limit": 9, "explain": True})
+    store_many(service, [{"content": t, "timestamp": "2026-11-29T10:00:00Z"} for t in texts])
+    response = invoke(
+        service, "recall", {"query": "caravan camels oasis", "limit": 9, "explain": True}
+    )
     scored = [r for r in response["results"] if r["explain"]["rerank_score"] is not None]
     unscored = [r for r in response["results"] if r["explain"]["rerank_score"] is None]
     assert len(scored) == 2 and len(unscored) == len(response["results"]) - 2 >= 5
@@ -128,9 +132,13 @@ def test_procedural_chunks_are_deduplicated_before_rerank(
         f"step {i}: " + " ".join(["inspect the zebra crossing paint and log the result"] * 6)
         for i in range(12)
     ]
-    stored = service.store({"type": "procedural", "name": "crossing-audit", "steps": steps})
+    stored = invoke(
+        service, "store", {"type": "procedural", "name": "crossing-audit", "steps": steps}
+    )
     assert stored["chunks"] == 12
-    response = service.recall({"query": "zebra crossing inspection", "limit": 10, "explain": True})
+    response = invoke(
+        service, "recall", {"query": "zebra crossing inspection", "limit": 10, "explain": True}
+    )
     ids = [r["id"] for r in response["results"]]
     assert ids.count(stored["id"]) == 1
     assert response["results"][0]["steps"] == steps
@@ -138,14 +146,14 @@ def test_procedural_chunks_are_deduplicated_before_rerank(
 
 def test_unavailable_reranker_is_said_everywhere(service_factory_offline: ServiceFactory) -> None:
     service = service_factory_offline
-    service.store({"content": "the reranker status must be visible to the agent"})
-    response = service.recall({"query": "reranker status"})
+    invoke(service, "store", {"content": "the reranker status must be visible to the agent"})
+    response = invoke(service, "recall", {"query": "reranker status"})
     assert response["reranked"] is False
     assert "unavailable" in response["rerank_status"]
-    detailed = service.stats({"detailed": True})
+    detailed = invoke(service, "stats", {"detailed": True})
     assert detailed["reranker"]["available"] is False
     assert "unavailable" in detailed["reranker"]["reason"]
-    brief = service.stats({})
+    brief = invoke(service, "stats", {})
     assert any("reranker" in w for w in brief["warnings"])
 
 
@@ -159,20 +167,24 @@ def test_token_budget_cuts_results_in_rank_order(service: object) -> None:
     from ferrex.core.service import MemoryService
 
     assert isinstance(service, MemoryService)
-    stored = service.store_many([{"content": text} for text in INCIDENTS])
+    stored = store_many(service, [{"content": text} for text in INCIDENTS])
     assert all("error" not in s for s in stored)
-    full = service.recall({"query": "ingest worker out of memory", "limit": 12})
+    full = invoke(service, "recall", {"query": "ingest worker out of memory", "limit": 12})
     assert full["count"] == 12
     sizes = [service.embedder.count_text_tokens(r["content"]) for r in full["results"]]
     budget = sum(sizes[:4]) + sizes[4] // 2
-    cut = service.recall(
-        {"query": "ingest worker out of memory", "limit": 12, "max_tokens": budget}
+    cut = invoke(
+        service,
+        "recall",
+        {"query": "ingest worker out of memory", "limit": 12, "max_tokens": budget},
     )
     assert [r["id"] for r in cut["results"]] == [r["id"] for r in full["results"][:4]]
     assert cut["truncated"] == 8
     assert cut["tokens"] == sum(sizes[:4]) <= budget
-    everything = service.recall(
-        {"query": "ingest worker out of memory", "limit": 12, "max_tokens": 100_000}
+    everything = invoke(
+        service,
+        "recall",
+        {"query": "ingest worker out of memory", "limit": 12, "max_tokens": 100_000},
     )
     assert everything["truncated"] == 0 and everything["count"] == 12
 
@@ -243,10 +255,12 @@ def test_limit_up_to_200(service: object) -> None:
     from ferrex.core.service import MemoryService
 
     assert isinstance(service, MemoryService)
-    stored = service.store_many([{"content": text} for text in varied_sentences(230)])
+    stored = store_many(service, [{"content": text} for text in varied_sentences(230)])
     kept = sum(1 for s in stored if "error" not in s)
     assert kept >= 200
-    response = service.recall({"query": "who repaired or shipped something", "limit": 200})
+    response = invoke(
+        service, "recall", {"query": "who repaired or shipped something", "limit": 200}
+    )
     assert response["count"] == 200
     assert len({r["id"] for r in response["results"]}) == 200
 
@@ -327,7 +341,7 @@ def test_models_load_lazily(tmp_path: Path, models_dir: Path) -> None:
     try:
         assert service.embedder.loaded is False  # type: ignore[attr-defined]
         assert service.reranker.available is False
-        service.recall({"query": "anything"})  # the first call loads the embedding model
+        invoke(service, "recall", {"query": "anything"})  # the first call loads the embedding model
         assert service.embedder.loaded is True  # type: ignore[attr-defined]
     finally:
         service.close()

@@ -29,6 +29,7 @@ from tests.test_engine_sharing import logged_client
 
 from ferrex.commands.clients import desktop_config_path
 from ferrex.embed.models import prepare_bundled_model
+from ferrex.server.calls import run_tool as invoke
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -228,7 +229,7 @@ def test_models_list_shows_tiers_sizes_availability_and_the_pin(
     assert embeddings["small"]["bundled"] is True  # the offline extra is installed here
     assert fresh["pinned"] is None and not any(m["pinned"] for m in fresh["models"])
     service = make_service(data)
-    service.store({"content": "the first memory pins the model"})
+    invoke(service, "store", {"content": "the first memory pins the model"})
     service.close()
     pinned = json.loads(
         run("models", "list", "--json", home=tmp_path, data_dir=data, models_dir=models_dir).stdout

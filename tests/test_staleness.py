@@ -28,6 +28,8 @@ from ferrex.core.clock import to_iso
 from ferrex.core.memory import Memory, MemoryType
 from ferrex.core.service import MemoryService
 from ferrex.core.staleness import assess, staleness_score
+from ferrex.server.calls import run_tool as invoke
+from ferrex.server.calls import store_many
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 DEFAULTS = StalenessConfig()
@@ -408,21 +410,25 @@ def row(service: MemoryService, memory_id: str) -> Memory:
 
 
 def recalled(service: MemoryService, query: str, **extra: Any) -> dict[str, dict[str, Any]]:
-    return {r["id"]: r for r in service.recall({"query": query, **extra})["results"]}
+    return {r["id"]: r for r in invoke(service, "recall", {"query": query, **extra})["results"]}
 
 
 def test_every_recall_result_carries_freshness(svc: MemoryService, clock: MovableClock) -> None:
-    svc.store({"content": "the nightly backup job moved to 02:00 UTC"})
+    invoke(svc, "store", {"content": "the nightly backup job moved to 02:00 UTC"})
     clock.advance(40)
-    svc.store({"subject": "backup-job", "predicate": "runs_on", "object": "the ops-2 host"})
-    svc.store(
+    invoke(
+        svc, "store", {"subject": "backup-job", "predicate": "runs_on", "object": "the ops-2 host"}
+    )
+    invoke(
+        svc,
+        "store",
         {
             "type": "procedural",
             "name": "restore-backup",
             "steps": ["stop the api", "restore the snapshot", "start the api"],
-        }
+        },
     )
-    results = svc.recall({"query": "backup job", "limit": 10})["results"]
+    results = invoke(svc, "recall", {"query": "backup job", "limit": 10})["results"]
     assert len(results) == 3
     for result in results:
         assert set(result["freshness"]) == {
@@ -441,10 +447,12 @@ def test_every_recall_result_carries_freshness(svc: MemoryService, clock: Movabl
 def test_recall_bumps_access_in_batches_and_never_validates(
     svc: MemoryService, clock: MovableClock
 ) -> None:
-    stored = svc.store({"subject": "api-server", "predicate": "uses", "object": "tokio 1.38"})
+    stored = invoke(
+        svc, "store", {"subject": "api-server", "predicate": "uses", "object": "tokio 1.38"}
+    )
     clock.advance(3)
-    svc.recall({"query": "what runtime does api-server use"})
-    svc.recall({"query": "api-server tokio"})
+    invoke(svc, "recall", {"query": "what runtime does api-server use"})
+    invoke(svc, "recall", {"query": "api-server tokio"})
     untouched = row(svc, stored["id"])
     assert (untouched.access_count, untouched.last_accessed) == (0, None)  # not on the hot path
     assert svc.access.flush() == 1
@@ -461,15 +469,21 @@ def test_recall_bumps_access_in_batches_and_never_validates(
 def test_a_popular_fact_still_goes_stale_without_validation(
     svc: MemoryService, clock: MovableClock
 ) -> None:
-    popular = svc.store({"subject": "billing-db", "predicate": "runs", "object": "postgres 15"})
-    ignored = svc.store({"subject": "search-index", "predicate": "runs", "object": "opensearch 2"})
+    popular = invoke(
+        svc, "store", {"subject": "billing-db", "predicate": "runs", "object": "postgres 15"}
+    )
+    ignored = invoke(
+        svc, "store", {"subject": "search-index", "predicate": "runs", "object": "opensearch 2"}
+    )
     for _ in range(17):  # recalled every ten days for 170 days
         clock.advance(10)
-        svc.recall({"query": "what does billing-db run", "types": ["semantic"], "limit": 1})
+        invoke(
+            svc, "recall", {"query": "what does billing-db run", "types": ["semantic"], "limit": 1}
+        )
         svc.access.flush()
     query = {"query": "which database or search engine runs", "types": ["semantic"], "limit": 5}
     clock.advance(9)  # day 179: both aging, the popular one with the lower score
-    at_179 = svc.recall(query)
+    at_179 = invoke(svc, "recall", query)
     assert {r["id"] for r in at_179["results"]} == {popular["id"], ignored["id"]}
     assert {r["freshness"]["staleness"] for r in at_179["results"]} == {"aging"}
     scores = {
@@ -478,7 +492,7 @@ def test_a_popular_fact_still_goes_stale_without_validation(
     }
     assert scores[popular["id"]] < scores[ignored["id"]]
     clock.advance(1)  # day 180: the threshold, whatever the popularity
-    at_180 = svc.recall(query)
+    at_180 = invoke(svc, "recall", query)
     assert at_180["results"] == []
     assert at_180["stale_held_back"] == 2
     assert row(svc, popular["id"]).last_validated is None
@@ -489,16 +503,20 @@ def test_a_popular_fact_still_goes_stale_without_validation(
 
 
 def test_supersede_validates_the_replaced_memory(svc: MemoryService, clock: MovableClock) -> None:
-    old = svc.store({"subject": "frontend", "predicate": "built_with", "object": "react 17"})
+    old = invoke(
+        svc, "store", {"subject": "frontend", "predicate": "built_with", "object": "react 17"}
+    )
     clock.advance(100)
     assert level_of(svc, old["id"]) == "aging"
-    new = svc.store(
+    new = invoke(
+        svc,
+        "store",
         {
             "subject": "frontend",
             "predicate": "built_with",
             "object": "react 18",
             "supersedes": old["id"],
-        }
+        },
     )
     assert old["id"] in new["superseded"]
     assert row(svc, old["id"]).last_validated == clock.current
@@ -512,16 +530,20 @@ def test_supersede_validates_the_replaced_memory(svc: MemoryService, clock: Mova
 def test_citing_a_memory_as_source_validates_it(
     svc: MemoryService, clock: MovableClock, scheme: str
 ) -> None:
-    episode = svc.store({"content": "we load-tested the checkout flow at 5k requests per second"})
+    episode = invoke(
+        svc, "store", {"content": "we load-tested the checkout flow at 5k requests per second"}
+    )
     clock.advance(50)
     assert level_of(svc, episode["id"]) == "aging"
-    fact = svc.store(
+    fact = invoke(
+        svc,
+        "store",
         {
             "subject": "checkout-flow",
             "predicate": "handles",
             "object": "5k rps",
             "source": f"{scheme}:{episode['id']}",
-        }
+        },
     )
     assert fact["validated"] == [episode["id"]]
     assert row(svc, episode["id"]).last_validated == clock.current
@@ -532,10 +554,12 @@ def test_citing_a_memory_as_source_validates_it(
 
 
 def test_reflect_confirmation_validates(svc: MemoryService, clock: MovableClock) -> None:
-    fact = svc.store({"subject": "payments", "predicate": "owned_by", "object": "team atlas"})
+    fact = invoke(
+        svc, "store", {"subject": "payments", "predicate": "owned_by", "object": "team atlas"}
+    )
     clock.advance(120)
     assert level_of(svc, fact["id"]) == "aging"
-    answer = svc.reflect({"confirm_ids": [fact["id"], "mem_000000000000deadbeef"]})
+    answer = invoke(svc, "reflect", {"confirm_ids": [fact["id"], "mem_000000000000deadbeef"]})
     assert answer["confirmed"] == [fact["id"]]
     assert answer["not_found"] == ["mem_000000000000deadbeef"]
     assert row(svc, fact["id"]).last_validated == clock.current
@@ -546,10 +570,14 @@ def test_reflect_confirmation_validates(svc: MemoryService, clock: MovableClock)
 
 def test_restating_a_known_fact_validates_it(svc: MemoryService, clock: MovableClock) -> None:
     """Spec, conflict edge cases: a duplicate fact bumps last_validated instead of storing."""
-    fact = svc.store({"subject": "api-gateway", "predicate": "runs_on", "object": "envoy"})
+    fact = invoke(
+        svc, "store", {"subject": "api-gateway", "predicate": "runs_on", "object": "envoy"}
+    )
     clock.advance(100)
     assert level_of(svc, fact["id"]) == "aging"
-    again = svc.store({"subject": "api-gateway", "predicate": "runs_on", "object": "Envoy"})
+    again = invoke(
+        svc, "store", {"subject": "api-gateway", "predicate": "runs_on", "object": "Envoy"}
+    )
     assert again["status"] == "duplicate" and again["duplicate_of"] == fact["id"]
     assert row(svc, fact["id"]).last_validated == clock.current
     assert level_of(svc, fact["id"]) == "fresh"
@@ -571,16 +599,18 @@ def test_held_back_counts_only_stale_memories_that_would_have_been_results(
         "repainted the garden fence dark green",
         "watched a documentary about octopus intelligence",
     ]
-    svc.store_many([{"content": text} for text in unrelated])
+    store_many(svc, [{"content": text} for text in unrelated])
     clock.advance(200)  # all five are stale now
-    upgrade = svc.store({"content": "upgraded the kubernetes cluster to 1.31 with kubeadm"})
-    one = svc.recall({"query": "kubernetes cluster upgrade", "limit": 1})
+    upgrade = invoke(
+        svc, "store", {"content": "upgraded the kubernetes cluster to 1.31 with kubeadm"}
+    )
+    one = invoke(svc, "recall", {"query": "kubernetes cluster upgrade", "limit": 1})
     assert [r["id"] for r in one["results"]] == [upgrade["id"]]
     assert one["stale_held_back"] == 0 and "note" not in one
     # With room for three results, include_stale=true would add two stale ones: that many.
-    three = svc.recall({"query": "kubernetes cluster upgrade", "limit": 3})
-    everything = svc.recall(
-        {"query": "kubernetes cluster upgrade", "limit": 3, "include_stale": True}
+    three = invoke(svc, "recall", {"query": "kubernetes cluster upgrade", "limit": 3})
+    everything = invoke(
+        svc, "recall", {"query": "kubernetes cluster upgrade", "limit": 3, "include_stale": True}
     )
     added = [r for r in everything["results"] if r["freshness"]["staleness"] == "stale"]
     assert three["stale_held_back"] == len(added) == 2

@@ -22,6 +22,8 @@ from ferrex.core.attention import classify, count_attention
 from ferrex.core.errors import FerrexError
 from ferrex.core.maintenance import export_lines, import_records
 from ferrex.core.service import MemoryService
+from ferrex.server.calls import run_tool as invoke
+from ferrex.server.calls import store_many
 from ferrex.store.sqlite import MetadataStore
 
 ServiceFactory = Callable[..., MemoryService]
@@ -74,7 +76,7 @@ EVENTS = ["deploy went fine", "had an outage", "was load tested", "got a new own
 
 def put(service: MemoryService, arguments: dict[str, object]) -> str | None:
     try:
-        return str(service.store(arguments)["id"])
+        return str(invoke(service, "store", arguments)["id"])
     except FerrexError as exc:
         assert exc.code == "duplicate"
         return None
@@ -91,7 +93,7 @@ def build(service: MemoryService, clock: MovableClock) -> list[str]:
         fact = {"subject": f"service {day % 4}", "predicate": "uses", "object": f"pg {day}"}
         ids.append(put(service, fact) or "")
         if day % 27 == 0:
-            service.reflect({"confirm_ids": [i for i in ids[len(ids) // 2 :][:1] if i]})
+            invoke(service, "reflect", {"confirm_ids": [i for i in ids[len(ids) // 2 :][:1] if i]})
         if day % 45 == 0:
             steps = [f"drain {topic} {day}", "restart it"]
             ids.append(
@@ -113,8 +115,8 @@ def test_counters_agree_with_a_scan_after_every_kind_of_write(
     ids = build(service, clock)
     assert counted(service) == scanned(service)
     assert put(service, {"content": "On day 0 the billing api deploy went fine"}) is None
-    service.forget({"ids": ids[:5]})
-    service.reflect({"confirm_ids": ids[10:14]})
+    invoke(service, "forget", {"ids": ids[:5]})
+    invoke(service, "reflect", {"confirm_ids": ids[10:14]})
     assert counted(service) == scanned(service)
     exported = list(export_lines(service))
     other = make_service(clock=clock)
@@ -164,15 +166,16 @@ def test_a_bulk_written_within_an_hour_is_one_bucket(make_service: ServiceFactor
     clock = MovableClock(NOW)
     service = make_service(clock=clock)
     queues = ["billing", "search", "ingest", "mobile", "ledger"] * 12
-    results = service.store_many(
-        [{"content": f"ticket {i} about the {w} queue was closed"} for i, w in enumerate(queues)]
+    results = store_many(
+        service,
+        [{"content": f"ticket {i} about the {w} queue was closed"} for i, w in enumerate(queues)],
     )
     stored = sum(1 for r in results if r.get("status") == "stored")
     assert stored >= 50
     attention = count_attention(service.meta, "default", clock.current, service.settings.staleness)
     assert attention.buckets == 1 and attention.memories_read == 0
     assert attention.levels["fresh"] == stored
-    assert service.stats({})["total"] == stored
+    assert invoke(service, "stats", {})["total"] == stored
 
 
 def test_a_store_from_before_the_counters_gets_them_on_open(

@@ -25,6 +25,8 @@ from tests.test_staleness import MovableClock
 
 from ferrex.core.service import MemoryService
 from ferrex.embed.reranker import FastEmbedReranker
+from ferrex.server.calls import run_tool as invoke
+from ferrex.server.calls import store_many
 
 NOW = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
 ServiceFactory = Callable[..., MemoryService]
@@ -40,7 +42,7 @@ SPEC_DETAILED_KEYS = {
 
 
 def store(service: MemoryService, **arguments: Any) -> str:
-    result = service.store(arguments)
+    result = invoke(service, "store", arguments)
     assert result["status"] in {"stored", "superseded", "contradiction"}, result
     return str(result["id"])
 
@@ -59,7 +61,7 @@ def build_attention_store(service: MemoryService, clock: MovableClock) -> dict[s
     clock.advance(30)  # end - 120
     ids["stale_120"] = store(service, content="a fan failed in rack 12 and was replaced")
     clock.advance(20)  # end - 100
-    service.reflect({"confirm_ids": [ids["confirmed_long_ago"]]})
+    invoke(service, "reflect", {"confirm_ids": [ids["confirmed_long_ago"]]})
     ids["never_confirmed"] = store(
         service, subject="search", predicate="built_with", object="opensearch"
     )
@@ -129,7 +131,7 @@ def test_brief_stats_shape_is_the_spec_example(
     attention: tuple[MemoryService, dict[str, str]],
 ) -> None:
     service, _ = attention
-    brief = service.stats({})
+    brief = invoke(service, "stats", {})
     assert set(brief) == {"total", "recent", "needs_attention"}
     assert isinstance(brief["total"], int) and brief["total"] == 13
     check_recent(brief["recent"])
@@ -140,7 +142,7 @@ def test_detailed_stats_shape_is_the_spec_example(
     attention: tuple[MemoryService, dict[str, str]],
 ) -> None:
     service, _ = attention
-    detailed = service.stats({"detailed": True})
+    detailed = invoke(service, "stats", {"detailed": True})
     assert set(detailed) >= SPEC_DETAILED_KEYS
     assert detailed["counts"] == {"episodic": 5, "semantic": 7, "procedural": 1}
     assert set(detailed["staleness"]) == {"fresh", "aging", "stale"}
@@ -153,14 +155,14 @@ def test_detailed_stats_shape_is_the_spec_example(
     assert isinstance(detailed["storage_mb"], float) and detailed["storage_mb"] > 0
     check_recent(detailed["recent"])
     check_needs_attention(detailed["needs_attention"])
-    assert detailed["recent"] == service.stats({})["recent"]
+    assert detailed["recent"] == invoke(service, "stats", {})["recent"]
 
 
 def test_needs_attention_counts_are_real(
     attention: tuple[MemoryService, dict[str, str]],
 ) -> None:
     service, ids = attention
-    brief = service.stats({})
+    brief = invoke(service, "stats", {})
     assert brief["needs_attention"] == {
         "stale_count": 2,  # the 120- and 200-day-old episodes
         "conflict_count": 1,  # payments database postgres 16 / mysql 8
@@ -168,13 +170,13 @@ def test_needs_attention_counts_are_real(
         # (the 80-day episode was validated today by the fact citing it)
         "unvalidated_count": 3,
     }
-    detailed = service.stats({"detailed": True})
+    detailed = invoke(service, "stats", {"detailed": True})
     assert detailed["conflicts"] == 1
     assert detailed["staleness"] == {"fresh": 6, "aging": 4, "stale": 2}
     # Each fix is reflected at once.
-    service.reflect({"confirm_ids": [ids["never_confirmed"], ids["confirmed_long_ago"]]})
-    service.forget({"ids": [ids["stale_200"], ids["db_contested"]]})
-    assert service.stats({})["needs_attention"] == {
+    invoke(service, "reflect", {"confirm_ids": [ids["never_confirmed"], ids["confirmed_long_ago"]]})
+    invoke(service, "forget", {"ids": [ids["stale_200"], ids["db_contested"]]})
+    assert invoke(service, "stats", {})["needs_attention"] == {
         "stale_count": 1,
         "conflict_count": 0,
         "unvalidated_count": 1,
@@ -183,8 +185,8 @@ def test_needs_attention_counts_are_real(
 
 def agree(service: MemoryService) -> dict[str, int]:
     """stats' needs_attention and reflect's review list count the same memories."""
-    attention = service.stats({})["needs_attention"]
-    total = service.reflect({"include_contradictions": False})["needs_review_total"]
+    attention = invoke(service, "stats", {})["needs_attention"]
+    total = invoke(service, "reflect", {"include_contradictions": False})["needs_review_total"]
     assert attention["stale_count"] + attention["unvalidated_count"] == total, (attention, total)
     return dict(attention)
 
@@ -200,11 +202,15 @@ def test_stats_and_reflect_agree_after_confirming_an_old_event(
     fact = store(service, subject="billing", predicate="owned_by", object="team atlas")
     clock.advance(200)
     assert agree(service) == {"stale_count": 2, "conflict_count": 0, "unvalidated_count": 0}
-    answer = service.reflect({"confirm_ids": [event, fact]})
+    answer = invoke(service, "reflect", {"confirm_ids": [event, fact]})
     assert answer["still_stale"] == [event] and answer["needs_review_total"] == 0
     assert agree(service) == {"stale_count": 0, "conflict_count": 0, "unvalidated_count": 0}
-    assert service.stats({"detailed": True})["staleness"] == {"fresh": 1, "aging": 0, "stale": 1}
-    held = service.recall({"query": "offsite in Porto"})
+    assert invoke(service, "stats", {"detailed": True})["staleness"] == {
+        "fresh": 1,
+        "aging": 0,
+        "stale": 1,
+    }
+    held = invoke(service, "recall", {"query": "offsite in Porto"})
     assert event not in [r["id"] for r in held["results"]] and held["stale_held_back"] == 1
     clock.advance(90)  # the confirmation is past the episodic fresh window: review it again
     assert agree(service)["stale_count"] == 1
@@ -215,7 +221,7 @@ def test_stats_and_reflect_agree_on_the_attention_store(
 ) -> None:
     service, ids = attention
     assert agree(service)["stale_count"] == 2
-    service.reflect({"confirm_ids": [ids["stale_120"], ids["aging_45"]]})
+    invoke(service, "reflect", {"confirm_ids": [ids["stale_120"], ids["aging_45"]]})
     assert agree(service) == {"stale_count": 1, "conflict_count": 1, "unvalidated_count": 2}
     clock.advance(400)
     agree(service)
@@ -223,10 +229,12 @@ def test_stats_and_reflect_agree_on_the_attention_store(
 
 def test_stats_are_per_namespace(attention: tuple[MemoryService, dict[str, str]]) -> None:
     service, _ = attention
-    service.store(
-        {"content": "the data team migrated dashboards to Superset", "namespace": "analytics"}
+    invoke(
+        service,
+        "store",
+        {"content": "the data team migrated dashboards to Superset", "namespace": "analytics"},
     )
-    brief = service.stats({"namespace": "analytics"})
+    brief = invoke(service, "stats", {"namespace": "analytics"})
     assert brief["total"] == 1
     assert brief["needs_attention"] == {
         "stale_count": 0,
@@ -294,7 +302,7 @@ def test_brief_stats_stay_under_300_tokens_for_10000_memories(
     service = make_service(clock=clock, reranker=offline, rerank=True)
     stored, seed = 0, 0
     while stored < 10_000:  # 500 memories every 10 days over 200 days
-        results = service.store_many(bulk_items(min(500, 10_000 - stored), seed))
+        results = store_many(service, bulk_items(min(500, 10_000 - stored), seed))
         stored += sum(1 for r in results if "error" not in r)  # near-duplicates are rejected
         seed += 1
         clock.advance(10)
@@ -302,8 +310,10 @@ def test_brief_stats_stay_under_300_tokens_for_10000_memories(
     for text in AWKWARD:  # the most recent memories are the hardest to summarise
         clock.advance(1 / 86_400)
         awkward.append(store(service, content=text))
-    service.recall({"query": "ledger migration"})  # tries (and fails) to load the reranker
-    brief = service.stats({})
+    invoke(
+        service, "recall", {"query": "ledger migration"}
+    )  # tries (and fails) to load the reranker
+    brief = invoke(service, "stats", {})
     assert brief["total"] == 10_003
     assert [r["id"] for r in brief["recent"]] == awkward[::-1][: len(brief["recent"])]
     assert any("reranker" in warning for warning in brief["warnings"])
@@ -319,7 +329,7 @@ def test_reflect_lists_stale_and_unvalidated_memories_with_reasons(
     attention: tuple[MemoryService, dict[str, str]],
 ) -> None:
     service, ids = attention
-    report = service.reflect({})
+    report = invoke(service, "reflect", {})
     review = {item["id"]: item for item in report["needs_review"]}
     assert set(review) == {
         ids[k]
@@ -356,7 +366,7 @@ def test_confirming_takes_a_memory_off_the_review_list(
     attention: tuple[MemoryService, dict[str, str]],
 ) -> None:
     service, ids = attention
-    answer = service.reflect({"confirm_ids": [ids["never_confirmed"]]})
+    answer = invoke(service, "reflect", {"confirm_ids": [ids["never_confirmed"]]})
     assert answer["confirmed"] == [ids["never_confirmed"]]
     assert ids["never_confirmed"] not in [i["id"] for i in answer["needs_review"]]
 
@@ -365,7 +375,7 @@ def test_reflect_reports_contradictions(
     attention: tuple[MemoryService, dict[str, str]],
 ) -> None:
     service, ids = attention
-    [alert] = service.reflect({})["contradictions"]
+    [alert] = invoke(service, "reflect", {})["contradictions"]
     assert alert["subject"] == "payments"
     assert (alert["predicate"], alert["predicate_canonical"]) == ("database", "database")
     objects = {fact["id"]: fact["object"] for fact in alert["facts"]}
@@ -376,10 +386,12 @@ def test_reflect_sections_can_be_switched_off_and_limited(
     attention: tuple[MemoryService, dict[str, str]],
 ) -> None:
     service, _ = attention
-    report = service.reflect({"include_stale": False, "include_contradictions": False, "limit": 2})
+    report = invoke(
+        service, "reflect", {"include_stale": False, "include_contradictions": False, "limit": 2}
+    )
     assert "needs_review" not in report and "contradictions" not in report
     assert len(report["forget_candidates"]) == 2
-    assert len(service.reflect({"limit": 3})["needs_review"]) == 3
+    assert len(invoke(service, "reflect", {"limit": 3})["needs_review"]) == 3
 
 
 def test_forget_candidates_are_the_least_accessed_of_the_old_episodes(
@@ -393,24 +405,28 @@ def test_forget_candidates_are_the_least_accessed_of_the_old_episodes(
     clock.advance(60)  # aging
     fresh = store(service, content="the new espresso machine arrived today")
     for _ in range(3):
-        service.recall({"query": "when does the release train leave", "limit": 1})
+        invoke(service, "recall", {"query": "when does the release train leave", "limit": 1})
     service.access.flush()
-    candidates = service.reflect({})["forget_candidates"]
+    candidates = invoke(service, "reflect", {})["forget_candidates"]
     assert [(c["id"], c["access_count"]) for c in candidates] == [(rare, 0), (popular, 3)]
     assert pinned not in [c["id"] for c in candidates]
     assert fresh not in [c["id"] for c in candidates]  # never suggest forgetting what is new
 
 
 def test_reflect_lists_alias_candidates(service: MemoryService) -> None:
-    service.store({"content": "the auth service issues JWTs", "entities": ["auth service"]})
-    stored = service.store(
+    invoke(
+        service, "store", {"content": "the auth service issues JWTs", "entities": ["auth service"]}
+    )
+    stored = invoke(
+        service,
+        "store",
         {
             "content": "the authentication service rotates its signing keys",
             "entities": ["authentication service"],
-        }
+        },
     )
     assert stored["entities"][0]["resolved_by"] == "new"  # close, but not merged
-    [candidate] = service.reflect({})["alias_candidates"]
+    [candidate] = invoke(service, "reflect", {})["alias_candidates"]
     assert candidate["name"] == "authentication service"
     assert candidate["entity"] == "auth service"
     assert 0.8 <= candidate["score"] < 0.92
@@ -419,12 +435,14 @@ def test_reflect_lists_alias_candidates(service: MemoryService) -> None:
 def test_reflect_lists_inactive_entities(make_service: ServiceFactory) -> None:
     clock = MovableClock(NOW)
     service = make_service(clock=clock)
-    service.store({"content": "Jenkins ran the nightly build", "entities": ["jenkins"]})
+    invoke(service, "store", {"content": "Jenkins ran the nightly build", "entities": ["jenkins"]})
     clock.advance(100)
-    service.store(
-        {"content": "GitHub Actions ran the nightly build", "entities": ["github-actions"]}
+    invoke(
+        service,
+        "store",
+        {"content": "GitHub Actions ran the nightly build", "entities": ["github-actions"]},
     )
-    inactive = service.reflect({})["inactive_entities"]
+    inactive = invoke(service, "reflect", {})["inactive_entities"]
     assert [(e["name"], e["memories"]) for e in inactive] == [("jenkins", 1)]
 
 
@@ -435,23 +453,29 @@ def test_reflect_and_recall_show_a_facts_decaying_confidence(
     reflect lists it once below 0.5 with the reason, recall shows the current value, and a
     confirmation restores it."""
     service = make_service(clock=clock)
-    fact = service.store(
-        {"subject": "billing-db", "predicate": "runs", "object": "postgres 15", "confidence": 0.9}
+    fact = invoke(
+        service,
+        "store",
+        {"subject": "billing-db", "predicate": "runs", "object": "postgres 15", "confidence": 0.9},
     )["id"]
     clock.advance(120)
-    [early] = service.recall({"query": "what does billing-db run", "limit": 1})["results"]
+    [early] = invoke(service, "recall", {"query": "what does billing-db run", "limit": 1})[
+        "results"
+    ]
     assert early["confidence"] == 0.9
     assert early["effective_confidence"] == round(0.9 * 2 ** (-120 / 180), 3)  # 0.567
     assert not any(
-        "confidence" in r for i in service.reflect({})["needs_review"] for r in i["reasons"]
+        "confidence" in r
+        for i in invoke(service, "reflect", {})["needs_review"]
+        for r in i["reasons"]
     )
     clock.advance(80)  # 200 days without validation
-    [item] = [i for i in service.reflect({})["needs_review"] if i["id"] == fact]
+    [item] = [i for i in invoke(service, "reflect", {})["needs_review"] if i["id"] == fact]
     assert item["effective_confidence"] == round(0.9 * 2 ** (-200 / 180), 3)  # 0.416
     assert "confidence decayed from 0.90 to 0.42 (200 days without validation)" in item["reasons"]
-    service.reflect({"confirm_ids": [fact]})
-    answer = service.recall(
-        {"query": "what does billing-db run", "limit": 1, "include_stale": True}
+    invoke(service, "reflect", {"confirm_ids": [fact]})
+    answer = invoke(
+        service, "recall", {"query": "what does billing-db run", "limit": 1, "include_stale": True}
     )
     assert answer["results"][0]["effective_confidence"] == 0.9
 
@@ -463,12 +487,12 @@ def test_confirming_an_old_event_says_it_stays_stale_and_ends_the_review_loop(
     service = make_service(clock=clock)
     event = store(service, content="the datacenter in Frankfurt was commissioned")
     clock.advance(300)
-    assert event in [i["id"] for i in service.reflect({})["needs_review"]]
-    answer = service.reflect({"confirm_ids": [event]})
+    assert event in [i["id"] for i in invoke(service, "reflect", {})["needs_review"]]
+    answer = invoke(service, "reflect", {"confirm_ids": [event]})
     assert answer["confirmed"] == [event] and answer["still_stale"] == [event]
     assert "include_stale" in answer["still_stale_note"]
     assert event not in [i["id"] for i in answer["needs_review"]]
-    assert event not in [i["id"] for i in service.reflect({})["needs_review"]]
+    assert event not in [i["id"] for i in invoke(service, "reflect", {})["needs_review"]]
 
 
 def test_a_fact_stored_with_low_confidence_is_not_reported_as_decayed(
@@ -477,13 +501,13 @@ def test_a_fact_stored_with_low_confidence_is_not_reported_as_decayed(
     service = make_service(clock=clock)
     fact = store(service, subject="cdn", predicate="provider", object="fastly", confidence=0.4)
     clock.advance(1)
-    review = {i["id"]: i for i in service.reflect({})["needs_review"]}
+    review = {i["id"]: i for i in invoke(service, "reflect", {})["needs_review"]}
     assert not any("decayed" in r for r in review.get(fact, {}).get("reasons", []))
 
 
 def reasons_for(service: MemoryService, memory_id: str) -> list[str] | None:
     """The fact's review reasons, or None when reflect does not list it."""
-    review = {i["id"]: i["reasons"] for i in service.reflect({})["needs_review"]}
+    review = {i["id"]: i["reasons"] for i in invoke(service, "reflect", {})["needs_review"]}
     return review.get(memory_id)
 
 
@@ -536,10 +560,10 @@ def test_stats_says_when_the_embedding_model_cannot_load(
 
     reopened = build_service(make_settings(data, service.settings.models_dir), Options())
     try:
-        brief = reopened.stats({})
+        brief = invoke(reopened, "stats", {})
         assert brief["total"] == 1
         assert any(w.startswith("not ready: ") for w in brief["warnings"])
-        detailed = reopened.stats({"detailed": True})
+        detailed = invoke(reopened, "stats", {"detailed": True})
         assert any("BAAI/bge-base-en-v1.5" in w for w in detailed["warnings"])
         assert detailed["model"]["name"] == "BAAI/bge-base-en-v1.5"
         assert detailed["model"]["loaded"] is False
@@ -560,7 +584,7 @@ def test_stats_answers_when_the_model_files_are_broken(tmp_path: Path) -> None:
     settings = make_settings(tmp_path / "d", tmp_path / "models", model_path=str(broken))
     service = build_service(settings, Options())
     try:
-        brief = service.stats({})
+        brief = invoke(service, "stats", {})
         assert brief["total"] == 0
         [warning] = [w for w in brief["warnings"] if w.startswith("not ready: ")]
         assert str(tmp_path) not in warning

@@ -19,6 +19,7 @@ from tests.conftest import ferrex_command
 
 from ferrex.core.errors import FerrexError
 from ferrex.core.service import MemoryService
+from ferrex.server.calls import run_tool as invoke
 
 INITIALIZE = {
     "jsonrpc": "2.0",
@@ -173,6 +174,6 @@ def test_invalid_utf8_or_a_lone_surrogate_in_a_parameter_is_refused_and_stores_n
 def test_a_lone_surrogate_reaching_the_service_is_refused_too(service: MemoryService) -> None:
     """Whatever the transport (stdio, HTTP, in-process), text that cannot be UTF-8 is refused."""
     with pytest.raises(FerrexError) as error:
-        service.store({"content": "ok", "entities": ["db-\udc80"]})
+        invoke(service, "store", {"content": "ok", "entities": ["db-\udc80"]})
     assert error.value.code == "invalid_params" and error.value.details["field"] == "entities[0]"
     assert service.meta.count_memories() == 0

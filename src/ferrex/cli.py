@@ -661,7 +661,7 @@ def _serve(settings: Settings, explicit_tier: bool) -> int:
     from ferrex.server.app import run
 
     structlog.get_logger("ferrex").info("ferrex starting", **startup_fields(settings))
-    return run(_backend(settings, explicit_tier), settings.namespace)
+    return run(_backend(settings, explicit_tier), settings.namespace, settings.retrieval.max_limit)
 
 
 def _serve_http(settings: Settings, explicit_tier: bool, bind_text: str) -> int:

@@ -16,6 +16,7 @@ from ferrex.core import errors
 from ferrex.core.chunking import Chunk, plan_chunks, step_prefix
 from ferrex.core.clock import to_iso
 from ferrex.core.dedup import Duplicate, find_duplicate
+from ferrex.core.deps import Deps
 from ferrex.core.entities import EntityResolution, display_name, same_entity_name
 from ferrex.core.errors import FerrexError
 from ferrex.core.ids import new_memory_id
@@ -34,11 +35,8 @@ from ferrex.core.procedures import (
     same_definition,
     same_name,
 )
-from ferrex.core.requests import (
-    StoreRequest,
-    parse,
-)
-from ferrex.core.state import ServiceState
+from ferrex.core.requests import StoreRequest
+from ferrex.core.results import EntityLink, Outcome, PossibleAlias, StoreOutcome
 from ferrex.core.sync import (
     PHASE_AFTER_COMMIT,
     PHASE_AFTER_INDEX,
@@ -46,6 +44,7 @@ from ferrex.core.sync import (
     PlannedMemory,
 )
 from ferrex.core.sync import checkpoint as _checkpoint
+from ferrex.core.upkeep import Upkeep
 
 log = structlog.get_logger("ferrex.ingest")
 
@@ -60,49 +59,55 @@ class _Prepared:
     vectors: list[Vector]
     entity_names: list[str]
     subject_name: str | None = None
-    outcome: dict[str, Any] = field(default_factory=dict)
     # Name embeddings computed with the document's batch (before the write transaction), for
     # the names no exact or fuzzy match resolves: no model runs inside a transaction.
     name_vectors: dict[str, Vector] = field(default_factory=dict)
 
 
-class IngestMixin(ServiceState):
-    """The store pipeline of MemoryService."""
+@dataclass
+class _Fact:
+    """How a semantic store resolved against its subject's facts."""
 
-    # ================================================================== store
+    answer: StoreOutcome | None = None  # names an existing memory: nothing new is written
+    invalidate: list[Memory] = field(default_factory=list)
+    end: tuple[Memory, datetime] | None = None  # a current fact said to have ended
 
-    def store(self, arguments: Any) -> dict[str, Any]:
-        request = parse(StoreRequest, arguments, self.settings.limits, "store")
-        self.ensure_ready()
+
+class Store:
+    """The store use case (and its bulk form, for import and benchmarks)."""
+
+    def __init__(self, deps: Deps, upkeep: Upkeep) -> None:
+        self.deps = deps
+        self.upkeep = upkeep
+        self.settings = deps.settings
+        self.meta = deps.meta
+        self.index = deps.index
+        self.embedder = deps.embedder
+        self.sync = deps.sync
+        self.entities = deps.entities
+        self.normalizer = deps.normalizer
+        self.now = deps.now
+
+    def run(self, request: StoreRequest) -> StoreOutcome:
         prepared = self._prepare(request)
-        results = self._commit([prepared], bulk=False)
-        return results[0]
+        result = self._commit([prepared], bulk=False)[0]
+        assert isinstance(result, StoreOutcome)  # bulk=False raises instead
+        return result
 
-    def store_many(self, items: Sequence[Any], batch: int = 256) -> list[dict[str, Any]]:
-        """Bulk ingestion through the same pipeline (one transaction and one index write per batch).
-
-        Items that fail validation or are rejected come back as ``{"error": {...}}`` entries.
-        """
-        self.ensure_ready()
-        out: list[dict[str, Any]] = []
+    def run_many(
+        self, items: Sequence[StoreRequest | FerrexError], batch: int = 256
+    ) -> list[StoreOutcome | FerrexError]:
+        """Bulk ingestion through the same pipeline (one transaction and one index write per
+        batch). ``items``: parsed requests, or the error parsing one gave (passed through).
+        Items rejected come back as their ``FerrexError``."""
+        out: list[StoreOutcome | FerrexError] = []
         for start in range(0, len(items), batch):
             chunk = items[start : start + batch]
-            prepared: list[_Prepared | dict[str, Any]] = []
-            requests: list[StoreRequest] = []
-            for item in chunk:
-                try:
-                    requests.append(parse(StoreRequest, item, self.settings.limits, "store"))
-                    prepared.append({})
-                except FerrexError as exc:
-                    prepared.append({"error": exc.to_dict()})
-            built = self._prepare_many(requests)
-            cursor = 0
-            for position, slot in enumerate(prepared):
-                if not isinstance(slot, dict) or "error" in slot:
-                    continue
-                item_or_error = built[cursor]
-                cursor += 1
-                prepared[position] = item_or_error
+            requests = [item for item in chunk if isinstance(item, StoreRequest)]
+            built = iter(self._prepare_many(requests))
+            prepared: list[_Prepared | FerrexError] = [
+                next(built) if isinstance(item, StoreRequest) else item for item in chunk
+            ]
             ready = [p for p in prepared if isinstance(p, _Prepared)]
             # The budget is enforced once, after the last batch: never on this call's writes.
             committed = iter(self._commit(ready, bulk=True, evict=False))
@@ -115,18 +120,18 @@ class IngestMixin(ServiceState):
 
     def _prepare(self, request: StoreRequest) -> _Prepared:
         built = self._prepare_many([request])[0]
-        if isinstance(built, dict):
-            raise FerrexError(**built["error"])
+        if isinstance(built, FerrexError):
+            raise built
         return built
 
-    def _prepare_many(self, requests: Sequence[StoreRequest]) -> list[_Prepared | dict[str, Any]]:
+    def _prepare_many(self, requests: Sequence[StoreRequest]) -> list[_Prepared | FerrexError]:
         now = self.now()
-        drafts: list[_Prepared | dict[str, Any]] = []
+        drafts: list[_Prepared | FerrexError] = []
         for request in requests:
             try:
                 drafts.append(self._draft(request, now))
             except FerrexError as exc:
-                drafts.append({"error": exc.to_dict()})
+                drafts.append(exc)
         texts: list[str] = []
         names: dict[str, list[_Prepared]] = {}
         for draft in drafts:
@@ -151,7 +156,7 @@ class IngestMixin(ServiceState):
         return drafts
 
     def _draft(self, request: StoreRequest, now: datetime) -> _Prepared:
-        namespace = request.namespace or self.namespace
+        namespace = request.namespace or self.deps.namespace
         triple = [request.subject, request.predicate, request.object]
         memory_type = detect_type(
             request.type,
@@ -297,14 +302,14 @@ class IngestMixin(ServiceState):
 
     def _commit(
         self, prepared: Sequence[_Prepared], *, bulk: bool, evict: bool = True
-    ) -> list[dict[str, Any]]:
-        results: list[dict[str, Any]] = []
+    ) -> list[StoreOutcome | FerrexError]:
+        results: list[StoreOutcome | FerrexError] = []
         to_index: list[PlannedMemory] = []
         to_payload: dict[str, Memory] = {}
         namespaces: set[str] = set()
         journal: list[int] = []
         batch_vectors: list[tuple[_Prepared, Vector]] = []
-        with self._write:
+        with self.deps.write:
             now = self.now()
             with self.meta.transaction():
                 for item in prepared:
@@ -315,10 +320,10 @@ class IngestMixin(ServiceState):
                     except FerrexError as exc:
                         if not bulk:
                             raise
-                        results.append({"error": exc.to_dict()})
+                        results.append(exc)
                         continue
                     results.append(result)
-                    if result.get("status") in {"duplicate", "ended"}:
+                    if result.status in {Outcome.DUPLICATE, Outcome.ENDED}:
                         continue
                     namespaces.add(item.memory.namespace)
                     to_index.append(PlannedMemory(item.memory, item.chunks, item.vectors))
@@ -340,25 +345,25 @@ class IngestMixin(ServiceState):
             if journal:
                 self.meta.journal_done(journal)
             for namespace in namespaces:
-                self._after_write(namespace)
+                self.deps.after_write(namespace)
             self.entities.invalidate()
         if namespaces and evict:
             self._evict_after_store(results)
         return results
 
-    def _evict_after_store(self, results: Sequence[dict[str, Any]]) -> None:
+    def _evict_after_store(self, results: Sequence[StoreOutcome | FerrexError]) -> None:
         """The storage budget and the retention sweep after a store. Never evicts a memory the
         answers name (what the call wrote, superseded, confirmed or flagged), so an answer never
         names a memory that is already gone; says how many others went (``evicted``, on the
         last stored answer)."""
-        stored = [r for r in results if "id" in r]
+        stored = [r for r in results if isinstance(r, StoreOutcome)]
         if not stored:
             return
-        named = {memory_id for r in stored for memory_id in _named_ids(r)}
-        evicted = self.enforce_budget(exclude=named)
-        evicted += self.sweep_retention(exclude=named)
+        named = {memory_id for r in stored for memory_id in r.named_ids()}
+        evicted = self.upkeep.enforce_budget(exclude=named)
+        evicted += self.upkeep.sweep_retention(exclude=named)
         if evicted:
-            stored[-1]["evicted"] = evicted
+            stored[-1].evicted = evicted
 
     def _apply_one(
         self,
@@ -366,7 +371,7 @@ class IngestMixin(ServiceState):
         now: datetime,
         batch_vectors: list[tuple[_Prepared, Vector]],
         to_payload: dict[str, Memory],
-    ) -> dict[str, Any]:
+    ) -> StoreOutcome:
         memory = item.memory
         request = item.request
         namespace = memory.namespace
@@ -386,35 +391,28 @@ class IngestMixin(ServiceState):
             dict.fromkeys(r.entity_id for r in resolutions if r.entity_id is not None)
         )
         memory.entities = []
-        result: dict[str, Any] = {
-            "id": memory.id,
-            "type": memory.type.value,
-            "namespace": namespace,
-        }
+        result = StoreOutcome(memory.id, memory.type, namespace)
         invalidate: list[Memory] = []
         if superseded_target is not None:
             invalidate.append(superseded_target)
         if memory.type is MemoryType.SEMANTIC:
             subject = resolutions[0] if resolutions else None
             memory.subject_entity_id = subject.entity_id if subject else None
-            fact = self._semantic(item, now, superseded_target is not None, batch_vectors)
-            if fact.get("status") == "duplicate":
-                self._link_duplicate_entities(fact["id"], memory.entity_ids, to_payload)
-                return fact
-            if fact.get("status") == "ended":
-                ended, until = fact.pop("_end")
+            fact = self._semantic(item, now, superseded_target is not None, batch_vectors, result)
+            if fact.end is not None:
+                ended, until = fact.end
                 self._close_interval(
                     ended, until, now, to_payload, "ended", {"t_invalid": to_iso(until)}
                 )
                 self.meta.update_memory_fields(ended.id, last_validated=now)
-                return fact
-            invalidate.extend(fact.pop("_invalidate", []))
-            result.update(fact)
+            if fact.answer is not None:
+                if fact.answer.status is Outcome.DUPLICATE:
+                    self._link_duplicate_entities(fact.answer.id, memory.entity_ids, to_payload)
+                return fact.answer
+            invalidate.extend(fact.invalidate)
         elif memory.type is MemoryType.PROCEDURAL:
-            result.update(
-                self._procedural(
-                    item, now, invalidate, batch_vectors, superseded_target is not None
-                )
+            self._procedural(
+                item, now, invalidate, batch_vectors, superseded_target is not None, result
             )
         else:
             if superseded_target is None:
@@ -438,12 +436,12 @@ class IngestMixin(ServiceState):
         if superseded_target is not None:
             # Spec Layer 3: an explicit supersede validates the subject area it touches.
             self.meta.update_memory_fields(superseded_target.id, last_validated=now)
-            result["superseded"] = sorted({*result.get("superseded", []), superseded_target.id})
+            result.superseded = sorted({*result.superseded, superseded_target.id})
         cited = _cited_memory(request.source)
         if cited is not None and cited != memory.id:
             target = self.meta.get_memory(cited)
             if target is None or target.namespace != namespace:
-                result.setdefault("warnings", []).append(
+                result.warnings.append(
                     f"source memory:{cited[:40]} is not a memory of this namespace: nothing was "
                     "validated (the memory was stored)"
                 )
@@ -457,27 +455,23 @@ class IngestMixin(ServiceState):
                     other_id=memory.id,
                     detail={"reason": "cited as source"},
                 )
-                result["validated"] = [cited]
+                result.validated = [cited]
         self.meta.audit(
             namespace, "store", now, memory_id=memory.id, detail={"type": memory.type.value}
         )
-        result.setdefault("status", "stored")
         unused = unused_fields(request, memory.type)
         if unused:
-            result.setdefault("warnings", []).append(
+            result.warnings.append(
                 f"not part of {'an' if memory.type is MemoryType.EPISODIC else 'a'} "
                 f"{memory.type.value} memory, so not stored: {', '.join(unused)} "
                 f"({_UNUSED_HINT[memory.type]})"
             )
         names = [r for r in resolutions if r.entity_id is not None]
-        if names:
-            result["entities"] = [
-                {"name": r.name, "entity_id": r.entity_id, "resolved_by": r.method} for r in names
-            ]
-        if memory.chunk_count > 1:
-            result["chunks"] = memory.chunk_count
-        if memory.pinned:
-            result["pinned"] = True
+        result.entities = [
+            EntityLink(r.name, r.entity_id, r.method) for r in names if r.entity_id is not None
+        ]
+        result.chunks = memory.chunk_count
+        result.pinned = memory.pinned
         return result
 
     def _check_supersede_target(self, memory: Memory, target: Memory) -> None:
@@ -765,7 +759,8 @@ class IngestMixin(ServiceState):
         now: datetime,
         explicit_supersede: bool,
         batch_vectors: Sequence[tuple[_Prepared, Vector]],
-    ) -> dict[str, Any]:
+        out: StoreOutcome,
+    ) -> _Fact:
         memory = item.memory
         request = item.request
         namespace = memory.namespace
@@ -777,12 +772,11 @@ class IngestMixin(ServiceState):
             )
         resolution = normalizer.resolve(request.predicate or "", existing_predicates)
         memory.predicate_canonical = resolution.canonical
-        out: dict[str, Any] = {
-            "predicate": {"canonical": resolution.canonical, "resolved_by": resolution.method}
-        }
+        out.predicate_canonical = resolution.canonical
+        out.predicate_resolved_by = resolution.method
         if explicit_supersede:
-            out["status"] = "superseded"
-            return out
+            out.status = Outcome.SUPERSEDED
+            return _Fact()
         facts = self._facts_of(memory, resolution.canonical)
         if request.t_invalid is not None:
             # A fact the caller says has ended is history as given: it changes no current fact.
@@ -798,27 +792,24 @@ class IngestMixin(ServiceState):
             ):
                 # The current value, now said to have ended: it becomes history at t_invalid
                 # (how a fact ends without inventing a replacement value).
-                return {
-                    "id": known.id,
-                    "type": "semantic",
-                    "namespace": namespace,
-                    "status": "ended",
-                    "t_invalid": to_iso(request.t_invalid),
-                    "message": "the current fact now ends at t_invalid; it is history "
-                    "(include_invalidated / as_of still find it)",
-                    "_end": (known, request.t_invalid),
-                }
+                ended = StoreOutcome(
+                    known.id,
+                    MemoryType.SEMANTIC,
+                    namespace,
+                    Outcome.ENDED,
+                    t_invalid=request.t_invalid,
+                )
+                return _Fact(answer=ended, end=(known, request.t_invalid))
             if known is not None:
-                return _known_history(known)
+                return _Fact(answer=_known_history(known))
             if request.t_invalid <= (memory.t_valid or now):
                 raise _ends_before_start()
             memory.t_invalid = request.t_invalid
-            out["status"] = "historical"
-            out["message"] = "stored as history: true from t_valid until t_invalid"
+            out.status = Outcome.HISTORICAL
             self.meta.audit(
                 namespace, "historical", now, memory_id=memory.id, detail={"reason": "t_invalid"}
             )
-            return out
+            return _Fact()
         decision, current = self._decide_fact(memory, request, resolution.canonical, now, facts)
         alike = conflicts.look_alikes(
             decision,
@@ -831,15 +822,16 @@ class IngestMixin(ServiceState):
             # Never overwrite a current fact on a look-alike name alone: decide again with the
             # facts stated under this subject and predicate; the look-alikes stay current.
             resolution, facts = self._without_look_alikes(memory, request, resolution, facts, alike)
-            out["predicate"] = {"canonical": resolution.canonical, "resolved_by": resolution.method}
+            out.predicate_canonical = resolution.canonical
+            out.predicate_resolved_by = resolution.method
             decision, current = self._decide_fact(memory, request, resolution.canonical, now, facts)
-            out["possible_alias"] = [_possible_alias(a) for a in alike]
+            out.possible_alias = [_possible_alias(a) for a in alike]
         if decision.outcome is conflicts.Outcome.NEW and not alike:
             # A near-duplicate triple under another predicate is refused loudly, with its id:
             # the triple's cosine cannot tell "db version" (the same relation, reworded) from
             # "previous release version" (another one), so the agent decides (supersedes=id).
             self._dedup(item, batch_vectors)
-            return out
+            return _Fact()
         similarity = (
             None
             if decision.similarity is None
@@ -848,8 +840,6 @@ class IngestMixin(ServiceState):
                 "method": decision.similarity.method,
             }
         )
-        if decision.outcome is conflicts.Outcome.NEW:
-            return out
         if decision.outcome is conflicts.Outcome.DUPLICATE:
             existing = decision.duplicate_of
             assert existing is not None
@@ -866,69 +856,63 @@ class IngestMixin(ServiceState):
                 memory_id=existing.id,
                 detail={"incoming_object": memory.object, "similarity": similarity},
             )
-            return {
-                "id": existing.id,
-                "type": "semantic",
-                "namespace": namespace,
-                "status": "duplicate",
-                "duplicate_of": existing.id,
-                "similarity": similarity,
-                "confidence": max(existing.confidence, memory.confidence),
-                "message": "this fact is already known; it was confirmed (last_validated updated) "
-                "instead of stored twice",
-            }
-        out["similarity"] = similarity
+            duplicate = StoreOutcome(
+                existing.id,
+                MemoryType.SEMANTIC,
+                namespace,
+                Outcome.DUPLICATE,
+                duplicate_of=existing.id,
+                confirmed=True,
+                confidence=max(existing.confidence, memory.confidence),
+            )
+            _set_similarity(duplicate, decision.similarity)
+            return _Fact(answer=duplicate)
+        _set_similarity(out, decision.similarity)
         if decision.outcome is conflicts.Outcome.MULTI_VALUED:
             memory.multi_valued = True
-            out["status"] = "stored"
-            out["multi_valued"] = True
-            out["also_current"] = self._tag_multi_valued(current)
+            out.status = Outcome.STORED
+            out.multi_valued = True
+            out.also_current = self._tag_multi_valued(current)
             self.meta.audit(
                 namespace,
                 "multi_valued",
                 now,
                 memory_id=memory.id,
-                detail={"also_current": out["also_current"], "predicate": resolution.canonical},
+                detail={"also_current": out.also_current, "predicate": resolution.canonical},
             )
-            return out
+            return _Fact()
         if decision.outcome is conflicts.Outcome.HISTORICAL:
             assert decision.new_t_invalid is not None
             known = self._known_interval(memory, facts, decision.new_t_invalid)
             if known is not None:
-                return _known_history(known)
+                return _Fact(answer=_known_history(known))
             memory.t_invalid = decision.new_t_invalid
             keeper = decision.superseded_by_existing
             memory.superseded_by = keeper.id if keeper else None
-            out["status"] = "historical"
-            out["superseded_by"] = memory.superseded_by
-            out["message"] = "a newer value is already current; this fact was stored as history"
+            out.status = Outcome.HISTORICAL
+            out.superseded_by = memory.superseded_by
             self.meta.audit(
                 namespace, "historical", now, memory_id=memory.id, other_id=memory.superseded_by
             )
-            return out
+            return _Fact()
         if decision.outcome is conflicts.Outcome.CONTRADICTION:
-            out["status"] = "contradiction"
-            out["contradicts"] = [f.id for f in decision.contradicts]
-            out["message"] = (
-                "a current fact with higher confidence says otherwise; both are kept and flagged. "
-                "Resolve with store(supersedes=...) or forget."
-            )
+            out.status = Outcome.CONTRADICTION
+            out.contradicts = [f.id for f in decision.contradicts]
             self.meta.audit(
                 namespace,
                 "contradiction",
                 now,
                 memory_id=memory.id,
-                detail={"contradicts": out["contradicts"]},
+                detail={"contradicts": out.contradicts},
             )
-            return out
-        out["status"] = "superseded"
-        out["superseded"] = [f.id for f in decision.invalidate]
-        out["_invalidate"] = list(decision.invalidate)
+            return _Fact()
+        out.status = Outcome.SUPERSEDED
+        out.superseded = [f.id for f in decision.invalidate]
         if decision.coexists:
             # A keyed value replaced its namesake; the values of other names stay current.
             memory.multi_valued = True
-            out["also_current"] = self._tag_multi_valued(decision.coexists)
-        return out
+            out.also_current = self._tag_multi_valued(decision.coexists)
+        return _Fact(invalidate=list(decision.invalidate))
 
     def _procedural(
         self,
@@ -937,19 +921,19 @@ class IngestMixin(ServiceState):
         invalidate: list[Memory],
         batch_vectors: Sequence[tuple[_Prepared, Vector]],
         explicit_supersede: bool,
-    ) -> dict[str, Any]:
+        out: StoreOutcome,
+    ) -> None:
         memory = item.memory
         request = item.request
-        out: dict[str, Any] = {}
         if not memory.name:
             if not explicit_supersede:
                 self._dedup(item, batch_vectors)
             if request.version is not None:
-                out["warnings"] = [
+                out.warnings.append(
                     "version not stored: ferrex numbers the versions of named procedures only "
                     "(give a name to version this procedure)"
-                ]
-            return out
+                )
+            return
         versions = self._procedure_versions(memory.namespace, memory.name)
         current = current_version(versions)
         if request.rollback_to is not None:
@@ -976,7 +960,7 @@ class IngestMixin(ServiceState):
             item.chunks = vectors.chunks
             item.vectors = vectors.vectors
             memory.chunk_count = len(item.chunks)
-            out["rolled_back_to"] = request.rollback_to
+            out.rolled_back_to = request.rollback_to
         elif not explicit_supersede:
             # A changed version of a known procedure is an update, not a near-duplicate of its
             # own earlier versions; an unchanged one is a duplicate of the current version.
@@ -990,15 +974,16 @@ class IngestMixin(ServiceState):
                 )
             self._dedup(item, batch_vectors, exclude=frozenset(v.id for v in versions))
         memory.version = next_version(versions)
-        out["version"] = memory.version
+        out.version = memory.version
         if request.version is not None and request.version != memory.version:
-            out["warnings"] = [
+            out.warnings.append(
                 f"ferrex numbers versions itself: this is version {memory.version} of "
                 f"'{memory.name}' (version {request.version} was asked for)"
-            ]
+            )
         if current is not None:
             invalidate.append(current)
-            out["previous_version"] = {"id": current.id, "version": current.version}
+            out.previous_version_id = current.id
+            out.previous_version = current.version
         if memory.version > 1:
             self.meta.audit(
                 memory.namespace,
@@ -1008,7 +993,6 @@ class IngestMixin(ServiceState):
                 other_id=current.id if current else None,
                 detail={"version": memory.version},
             )
-        return out
 
     def _procedure_versions(self, namespace: str, name: str) -> list[Memory]:
         """Every version of the named procedure (names compare case- and spacing-insensitively)."""
@@ -1094,58 +1078,35 @@ def _adopt_start(memory: Memory, facts: Sequence[Memory], t_invalid: datetime) -
     memory.event_time = memory.t_valid
 
 
-def _known_history(known: Memory) -> dict[str, Any]:
+def _known_history(known: Memory) -> StoreOutcome:
     """The answer to a past value that is already stored for (part of) that time."""
-    return {
-        "id": known.id,
-        "type": "semantic",
-        "namespace": known.namespace,
-        "status": "duplicate",
-        "duplicate_of": known.id,
-        "message": "this value is already known for that time; nothing was stored",
-    }
+    return StoreOutcome(
+        known.id, MemoryType.SEMANTIC, known.namespace, Outcome.DUPLICATE, duplicate_of=known.id
+    )
 
 
-def _possible_alias(alike: conflicts.LookAlike) -> dict[str, Any]:
-    """What the answer says about a current fact kept next to the stored one because its
-    subject or predicate only looks like this one's (conflict.look_alikes)."""
+def _possible_alias(alike: conflicts.LookAlike) -> PossibleAlias:
+    """A current fact kept next to the stored one because its subject or predicate only looks
+    like this one's (conflict.look_alikes)."""
     fact = alike.fact
-    triple = f"('{fact.subject}', '{fact.predicate}', '{fact.object}')"
-    return {
-        "id": fact.id,
-        "field": alike.field,
-        "name": alike.name,
-        "other": alike.other,
-        "hint": f"'{alike.name}' only looks like '{alike.other}', so {fact.id} {triple} stays "
-        "current next to this fact (nothing was superseded). If they are one thing and this "
-        f"value replaces it, end it: store {triple} again with t_invalid (or forget it); "
-        f"store with the {alike.field} '{alike.other}' from now on and new values supersede "
-        "as usual.",
-    }
+    return PossibleAlias(
+        fact.id, alike.field, alike.name, alike.other, fact.subject, fact.predicate, fact.object
+    )
 
 
-def _named_ids(result: dict[str, Any]) -> list[str]:
-    """Every memory id a store answer names."""
-    ids: list[str] = [result["id"]]
-    ids.extend(str(entry["id"]) for entry in result.get("possible_alias") or [])
-    for key in ("superseded", "also_current", "contradicts", "validated"):
-        ids.extend(str(v) for v in result.get(key) or [])
-    for key in ("duplicate_of", "superseded_by"):
-        if result.get(key):
-            ids.append(str(result[key]))
-    previous = result.get("previous_version")
-    if isinstance(previous, dict) and previous.get("id"):
-        ids.append(str(previous["id"]))
-    return ids
+def _set_similarity(outcome: StoreOutcome, similarity: Any) -> None:
+    if similarity is not None:
+        outcome.similarity = round(similarity.score, 4)
+        outcome.similarity_method = similarity.method
 
 
-def _supersede_reason(explicit: bool, memory: Memory, result: dict[str, Any]) -> str:
+def _supersede_reason(explicit: bool, memory: Memory, result: StoreOutcome) -> str:
     """Why an old memory was invalidated (audit log)."""
     if explicit:
         return "explicit"
     if memory.type is MemoryType.PROCEDURAL:
         return f"new version {memory.version}"
-    return str(result.get("status") or "superseded")
+    return str(result.status)
 
 
 def _cited_memory(source: str | None) -> str | None:

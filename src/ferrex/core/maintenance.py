@@ -76,7 +76,7 @@ def doctor(service: MemoryService, *, repair: bool = False) -> dict[str, Any]:
     report["journal_backlog"] = meta.journal_backlog()
     report["replayed_at_start"] = getattr(service, "replayed_at_start", 0)
     if repair and model.get("available"):
-        with service._write:
+        with service.deps.write:
             replayed = service.sync.recover()
         report["replayed"] = replayed
     expected = meta.all_memory_ids()
@@ -113,7 +113,7 @@ def doctor(service: MemoryService, *, repair: bool = False) -> dict[str, Any]:
         and report["journal_backlog"] == 0
     )
     if repair and model.get("available") and not report["in_agreement"]:
-        with service._write:
+        with service.deps.write:
             rows = meta.get_memories(missing + mismatched + wrong_model)
             todo = list(rows.values())
             for start in range(0, len(todo), 128):
@@ -153,7 +153,7 @@ def rebuild(
 ) -> dict[str, Any]:
     """Recreate the vector index from SQLite (and re-embed entity names)."""
     meta = service.meta
-    with service._write:
+    with service.deps.write:
         meta.set_meta(REBUILD_PENDING, "1")
         info = service.embedder.info
         if repin:
@@ -335,7 +335,7 @@ def import_records(
         nonlocal pending
         if not pending:
             return
-        with service._write:
+        with service.deps.write:
             journal: list[int] = []
             with meta.transaction():
                 for memory in pending:

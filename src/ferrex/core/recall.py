@@ -6,13 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
 
 from ferrex.core import conflict as conflicts
 from ferrex.core import errors
 from ferrex.core.cache import CachedRecall, embedding_hash
-from ferrex.core.clock import to_iso
 from ferrex.core.date_terms import query_terms
+from ferrex.core.deps import Deps
 from ferrex.core.errors import FerrexError
 from ferrex.core.memory import Memory, MemoryType
 from ferrex.core.ports import (
@@ -20,10 +19,8 @@ from ferrex.core.ports import (
     IndexHit,
     Vector,
 )
-from ferrex.core.requests import (
-    RecallRequest,
-    parse,
-)
+from ferrex.core.requests import RecallRequest
+from ferrex.core.results import RecallHit, RecallResult
 from ferrex.core.retrieval import (
     Candidate,
     apply_relative_floor,
@@ -35,31 +32,37 @@ from ferrex.core.retrieval import (
     recency_boost,
 )
 from ferrex.core.staleness import STALE, Freshness, age_days, assess, effective_confidence
-from ferrex.core.state import ServiceState
 
 # The deepest a channel is fetched when chunked procedures crowd it (points, not memories).
 MAX_CHUNK_FETCH = 8000
 
 
-class RecallMixin(ServiceState):
-    """The recall pipeline of MemoryService."""
+class Recall:
+    """The recall use case."""
 
-    # ================================================================== recall
+    def __init__(self, deps: Deps) -> None:
+        self.deps = deps
+        self.settings = deps.settings
+        self.meta = deps.meta
+        self.index = deps.index
+        self.embedder = deps.embedder
+        self.reranker = deps.reranker
+        self.cache = deps.cache
+        self.entities = deps.entities
+        self.access = deps.access
 
-    def recall(self, arguments: Any) -> dict[str, Any]:
-        request = parse(RecallRequest, arguments, self.settings.limits, "recall")
+    def run(self, request: RecallRequest) -> RecallResult:
         cfg = self.settings.retrieval
         limit = request.limit or cfg.default_limit
-        if limit > cfg.max_limit:
+        if limit > cfg.max_limit:  # validated with the request too (parse's max_limit)
             raise FerrexError(
                 errors.TOO_LARGE,
                 f"recall: limit is at most {cfg.max_limit} (got {limit})",
                 field="limit",
             )
-        self.ensure_ready()
-        self._sync_external_writes()
-        namespace = request.namespace or self.namespace
-        now = self.now()
+        self.deps.sync_external_writes()
+        namespace = request.namespace or self.deps.namespace
+        now = self.deps.now()
 
         unresolved: list[str] = []
         entity_ids: tuple[int, ...] | None = None
@@ -165,12 +168,12 @@ class RecallMixin(ServiceState):
             keep, tokens_used = fit_budget(texts, self._count_budget_tokens, request.max_tokens)
             truncated = len(selected) - keep
             selected = selected[:keep]
-        results = [
+        hits = [
             self._result(rows[c.memory_id], c, freshness[c.memory_id], request.explain, now)
             for c in selected
         ]
         partners = self._flag_contradictions(
-            namespace, [rows[c.memory_id] for c in selected], results, request.as_of
+            namespace, [rows[c.memory_id] for c in selected], hits, request.as_of
         )
         # Partners are today's facts: not added to a budgeted page, nor to a view of the past.
         if (
@@ -189,35 +192,26 @@ class RecallMixin(ServiceState):
                 extra = self._result(
                     partner, Candidate(partner.id, 0.0, 0), partner_freshness, request.explain, now
                 )
-                extra.update(contradiction=True, contradicts=against, included_as="contradiction")
-                results.append(extra)
+                extra.contradicts = against
+                extra.included_as = "contradiction"
+                hits.append(extra)
         self.access.record([c.memory_id for c in selected])
-        held_back = len(held)
-        response: dict[str, Any] = {
-            "results": results,
-            "count": len(results),
-            "namespace": namespace,
-            "reranked": basis == "rerank",
-            "score_basis": basis,
-            "stale_held_back": held_back,
-        }
-        if not response["reranked"]:
-            response["rerank_status"] = self.reranker.unavailable_reason or (
-                "no candidates" if not candidates else "reranking disabled"
-            )
-        if held_back:
-            response["note"] = (
-                f"{held_back} stale memor{'y was' if held_back == 1 else 'ies were'} held back; "
-                "call recall with include_stale=true to see them"
-            )
-        if request.max_tokens is not None:
-            response["truncated"] = truncated
-            response["tokens"] = tokens_used
-        if unresolved:
-            response["unresolved_entities"] = unresolved
-        if request.explain:
-            response["cache_hit"] = cache_hit
-        return response
+        reranked = basis == "rerank"
+        return RecallResult(
+            hits=hits,
+            namespace=namespace,
+            reranked=reranked,
+            score_basis=basis,
+            stale_held_back=len(held),
+            rerank_status=None
+            if reranked
+            else self.reranker.unavailable_reason
+            or ("no candidates" if not candidates else "reranking disabled"),
+            truncated=truncated if request.max_tokens is not None else None,
+            tokens=tokens_used if request.max_tokens is not None else None,
+            unresolved_entities=unresolved,
+            cache_hit=cache_hit if request.explain else None,
+        )
 
     def _query_vector(self, query: str) -> Vector:
         key = (self.embedder.info.pin, query)
@@ -239,7 +233,7 @@ class RecallMixin(ServiceState):
         """Candidates in fused order: both channels from one engine call, fused by RRF (k=60)."""
         cfg = self.settings.retrieval
         # Months and years the query names match episodes' reserved date terms (date_terms.py).
-        sparse = self.sparse.encode_query(f"{query} {query_terms(query)}".rstrip())
+        sparse = self.deps.sparse.encode_query(f"{query} {query_terms(query)}".rstrip())
         dense_hits: list[IndexHit] = []
         bm25_hits: list[IndexHit] = []
         # Channels are lists of points (a chunked procedure has one per step); each must name
@@ -323,58 +317,22 @@ class RecallMixin(ServiceState):
         fresh: Freshness,
         explain: bool,
         now: datetime,
-    ) -> dict[str, Any]:
-        item: dict[str, Any] = {"id": memory.id, "type": memory.type.value}
-        if memory.type is MemoryType.SEMANTIC:
-            # The fact as one sentence (the spec's results all carry content), then its parts.
-            item["content"] = memory.display_text()
-            item.update(subject=memory.subject, predicate=memory.predicate, object=memory.object)
-            item["confidence"] = memory.confidence
-            item["effective_confidence"] = round(
-                effective_confidence(memory, now, self.settings.staleness), 3
-            )
-            item["t_valid"] = to_iso(memory.t_valid) if memory.t_valid else None
-            if memory.t_invalid is not None:
-                item["t_invalid"] = to_iso(memory.t_invalid)
-                item["superseded_by"] = memory.superseded_by
-            if memory.multi_valued:
-                item["multi_valued"] = True
-        elif memory.type is MemoryType.PROCEDURAL:
-            if memory.name:
-                item["name"] = memory.name
-            item["content"] = memory.content
-            if memory.conditions:
-                item["conditions"] = memory.conditions
-            if memory.steps:
-                item["steps"] = memory.steps
-            if memory.version is not None:
-                item["version"] = memory.version
-            if memory.t_invalid is not None:
-                item["t_invalid"] = to_iso(memory.t_invalid)
-                item["superseded_by"] = memory.superseded_by
-        else:
-            item["content"] = memory.content
-            item["timestamp"] = to_iso(memory.event_time)
-        item["score"] = round(candidate.final_score, 6)
-        item["age_days"] = fresh.age_days
-        item["entities"] = memory.entities
-        item["created_at"] = to_iso(memory.created_at)
-        item["freshness"] = fresh.to_dict()
-        if memory.source:
-            item["source"] = memory.source
-        if memory.context:
-            item["context"] = memory.context
-        if memory.pinned:
-            item["pinned"] = True
-        if explain:
-            item["explain"] = candidate.explain()
-        return item
+    ) -> RecallHit:
+        return RecallHit(
+            memory=memory,
+            score=candidate.final_score,
+            freshness=fresh,
+            effective_confidence=effective_confidence(memory, now, self.settings.staleness)
+            if memory.type is MemoryType.SEMANTIC
+            else None,
+            explain=candidate.explain() if explain else None,
+        )
 
     def _flag_contradictions(
         self,
         namespace: str,
         memories: Sequence[Memory],
-        results: list[dict[str, Any]],
+        results: list[RecallHit],
         as_of: datetime | None = None,
     ) -> list[tuple[Memory, list[str]]]:
         """Layer 4: single-valued facts sharing subject+predicate with other objects, all valid
@@ -389,7 +347,7 @@ class RecallMixin(ServiceState):
             start = fact.t_valid or fact.event_time
             return start <= as_of and (fact.t_invalid is None or fact.t_invalid > as_of)
 
-        by_id = {r["id"]: r for r in results}
+        by_id = {r.memory.id: r for r in results}
         missing: dict[str, tuple[Memory, list[str]]] = {}
         seen: dict[tuple[int, str], list[Memory]] = {}
         for memory in memories:
@@ -417,8 +375,7 @@ class RecallMixin(ServiceState):
                 != conflicts.normalize_object(memory.object or "")
             ]
             if others:
-                by_id[memory.id]["contradiction"] = True
-                by_id[memory.id]["contradicts"] = sorted(f.id for f in others)
+                by_id[memory.id].contradicts = sorted(f.id for f in others)
                 for other in others:
                     if other.id not in by_id:
                         missing.setdefault(other.id, (other, []))[1].append(memory.id)

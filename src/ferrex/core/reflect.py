@@ -9,12 +9,19 @@ eviction.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-from ferrex.core.clock import days_ago, to_iso
+from ferrex.core.clock import days_ago
+from ferrex.core.deps import Deps
 from ferrex.core.lifecycle import relevance_score
 from ferrex.core.memory import MemoryType
 from ferrex.core.requests import ReflectRequest
+from ferrex.core.results import (
+    AliasCandidate,
+    ForgetCandidate,
+    InactiveEntity,
+    ReflectActions,
+    ReflectReport,
+    ReviewItem,
+)
 from ferrex.core.staleness import (
     FRESH,
     STALE,
@@ -25,14 +32,9 @@ from ferrex.core.staleness import (
     review_reasons,
 )
 
-if TYPE_CHECKING:
-    from ferrex.core.service import MemoryService
 
-
-def _apply_actions(
-    service: MemoryService, request: ReflectRequest, namespace: str
-) -> dict[str, Any]:
-    actions: dict[str, Any] = {}
+def _apply_actions(deps: Deps, request: ReflectRequest, namespace: str) -> ReflectActions:
+    actions = ReflectActions()
     wanted = {
         "confirmed": request.confirm_ids or [],
         "pinned": request.pin_ids or [],
@@ -40,10 +42,10 @@ def _apply_actions(
     }
     if not any(wanted.values()):
         return actions
-    meta = service.meta
-    now = service.now()
+    meta = deps.meta
+    now = deps.now()
     not_found: set[str] = set()
-    with service._write, meta.transaction():
+    with deps.write, meta.transaction():
         for key, ids in wanted.items():
             if not ids:
                 continue
@@ -65,43 +67,35 @@ def _apply_actions(
                     meta.audit(
                         namespace, "pin" if key == "pinned" else "unpin", now, memory_id=memory_id
                     )
-            actions[key] = done
-    service.cache.invalidate(namespace)
-    if not_found:
-        actions["not_found"] = sorted(not_found)
-    confirmed = actions.get("confirmed") or []
+            setattr(actions, key, done)
+    deps.cache.invalidate(namespace)
+    actions.not_found = sorted(not_found)
+    confirmed = actions.confirmed or []
     if confirmed:
         rows = meta.get_memories(confirmed)
         still = [
             i
             for i in confirmed
-            if i in rows and assess(rows[i], now, service.settings.staleness).staleness == STALE
+            if i in rows and assess(rows[i], now, deps.settings.staleness).staleness == STALE
         ]
-        if still:
-            actions["still_stale"] = still
-            actions["still_stale_note"] = (
-                "confirmed, but still stale by age (an old memory stays old): they stay out of "
-                "default recalls (use include_stale=true), off the review list and out of "
-                "stats' needs_attention; store a current summary citing them "
-                "(source='memory:<id>') if they still matter"
-            )
+        actions.still_stale = still
     return actions
 
 
-def reflect(service: MemoryService, request: ReflectRequest) -> dict[str, Any]:
-    namespace = request.namespace or service.namespace
-    out: dict[str, Any] = {"namespace": namespace}
-    out.update(_apply_actions(service, request, namespace))
-    meta = service.meta
-    now = service.now()
+def reflect(deps: Deps, request: ReflectRequest) -> ReflectReport:
+    namespace = request.namespace or deps.namespace
+    actions = _apply_actions(deps, request, namespace)
+    report = ReflectReport(namespace, actions, [], [], [])
+    meta = deps.meta
+    now = deps.now()
     limit = request.limit
     memories = meta.memories_in_namespace(
         namespace, where="t_invalid IS NULL", order="created_at, id"
     )
-    assessed = [(m, assess(m, now, service.settings.staleness)) for m in memories]
+    assessed = [(m, assess(m, now, deps.settings.staleness)) for m in memories]
 
     if request.include_stale:
-        config = service.settings.staleness
+        config = deps.settings.staleness
         review = []
         for memory, fresh in assessed:
             reasons = review_reasons(memory, now, config, fresh)
@@ -110,46 +104,24 @@ def reflect(service: MemoryService, request: ReflectRequest) -> dict[str, Any]:
                 confidence = effective_confidence(memory, now, config)
                 review.append((fresh.score, memory, fresh, reasons, since, confidence))
         review.sort(key=lambda r: (-r[0], r[1].id))
-        out["needs_review"] = [
-            {
-                "id": m.id,
-                "type": m.type.value,
-                "summary": m.summary(80),
-                "staleness": f.staleness,
-                "age_days": f.age_days,
-                "days_since_validation": int(since),
-                **(
-                    {"effective_confidence": round(confidence, 3)}
-                    if m.type is MemoryType.SEMANTIC
-                    else {}
-                ),
-                "reasons": reasons,
-            }
+        report.needs_review = [
+            ReviewItem(
+                m,
+                f,
+                reasons,
+                since,
+                confidence if m.type is MemoryType.SEMANTIC else None,
+            )
             for _, m, f, reasons, since, confidence in review[:limit]
         ]
-        out["needs_review_total"] = len(review)
+        report.needs_review_total = len(review)
 
     if request.include_contradictions:
-        groups = meta.contradiction_groups(namespace, limit=limit)
-        out["contradictions"] = [
-            {
-                "subject": group[0].subject,
-                "predicate": group[0].predicate,
-                "predicate_canonical": group[0].predicate_canonical,
-                "facts": [
-                    {
-                        "id": f.id,
-                        "object": f.object,
-                        "confidence": f.confidence,
-                        "t_valid": to_iso(f.t_valid) if f.t_valid else None,
-                    }
-                    for f in group
-                ],
-            }
-            for group in groups
+        report.contradictions = [
+            list(group) for group in meta.contradiction_groups(namespace, limit=limit)
         ]
 
-    half_life = service.settings.lifecycle.episodic_half_life_days
+    half_life = deps.settings.lifecycle.episodic_half_life_days
     # Aging or stale episodes nobody recalls; fresh ones are never suggested for forgetting.
     candidates = [
         (m.access_count, relevance_score(m, now, half_life), m)
@@ -157,37 +129,27 @@ def reflect(service: MemoryService, request: ReflectRequest) -> dict[str, Any]:
         if not m.pinned and m.type is MemoryType.EPISODIC and fresh.staleness != FRESH
     ]
     candidates.sort(key=lambda c: (c[0], c[1], c[2].id))
-    out["forget_candidates"] = [
-        {
-            "id": m.id,
-            "type": m.type.value,
-            "summary": m.summary(80),
-            "access_count": count,
-            "relevance": round(relevance, 4),
-            "age_days": int(age_days(m, now)),
-        }
+    report.forget_candidates = [
+        ForgetCandidate(m, count, relevance, age_days(m, now))
         for count, relevance, m in candidates[:limit]
     ]
-    out["alias_candidates"] = [
-        {
-            "name": c["name"],
-            "entity": c["display_name"],
-            "entity_id": c["entity_id"],
-            "score": round(c["score"], 4),
-        }
+    report.alias_candidates = [
+        AliasCandidate(c["name"], c["display_name"], c["entity_id"], c["score"])
         for c in meta.alias_candidates(namespace, limit)
     ]
-    cutoff = days_ago(now, service.settings.lifecycle.inactive_entity_days)
-    out["inactive_entities"] = [
-        {
-            "name": e["display_name"],
-            "last_reference": e["last_reference"],
-            "memories": e["memories"],
-        }
+    cutoff = days_ago(now, deps.settings.lifecycle.inactive_entity_days)
+    report.inactive_entities = [
+        InactiveEntity(e["display_name"], e["last_reference"], e["memories"])
         for e in meta.inactive_entities(namespace, cutoff, limit)
     ]
-    out["hint"] = (
-        "Confirm what is still true with reflect(confirm_ids=[...]); fix outdated facts with "
-        "store(..., supersedes=id); remove wrong memories with forget(ids=[...])."
-    )
-    return out
+    return report
+
+
+class Reflect:
+    """The reflect use case."""
+
+    def __init__(self, deps: Deps) -> None:
+        self.deps = deps
+
+    def run(self, request: ReflectRequest) -> ReflectReport:
+        return reflect(self.deps, request)

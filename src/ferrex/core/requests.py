@@ -11,7 +11,7 @@ import math
 import re
 from datetime import datetime
 from types import UnionType
-from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, NoReturn, TypeVar, Union, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -24,6 +24,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from ferrex.config import NAMESPACE_PATTERN, LimitsConfig
 from ferrex.core import errors
@@ -39,56 +40,67 @@ MAX_VERSION = 1_000_000  # procedure versions: far beyond any real history, with
 TypeName = Literal["episodic", "semantic", "procedural"]
 
 
+def fail(code: str, message: str) -> NoReturn:
+    """Refuse a value with a stable error ``code`` (``core/errors.py``): the code travels with
+    the validation error to the agent, never guessed from the message."""
+    raise PydanticCustomError(code, message)
+
+
 def _limits(info: ValidationInfo) -> LimitsConfig:
     context = info.context or {}
     limits = context.get("limits")
     return limits if isinstance(limits, LimitsConfig) else LimitsConfig()
 
 
+_INVALID = errors.INVALID_PARAMS
+_TOO_LARGE = errors.TOO_LARGE
+
+
 def _text(value: Any, what: str, max_chars: int, *, allow_blank: bool = False) -> str:
     if not isinstance(value, str):
-        raise ValueError(f"{what} must be a string")
+        fail(_INVALID, f"{what} must be a string")
     if "\x00" in value:
-        raise ValueError(f"{what} must not contain NUL characters")
+        fail(_INVALID, f"{what} must not contain NUL characters")
     if not allow_blank and not value.strip():
-        raise ValueError(f"{what} must not be empty")
+        fail(_INVALID, f"{what} must not be empty")
     if len(value) > max_chars:
-        raise ValueError(f"{what} is too long ({len(value)} characters, at most {max_chars})")
+        fail(_TOO_LARGE, f"{what} is too long ({len(value)} characters, at most {max_chars})")
     return value
 
 
 def _string_list(value: Any, what: str, max_items: int, max_chars: int) -> list[str]:
     if not isinstance(value, list):
-        raise ValueError(f"{what} must be a list of strings")
+        fail(_INVALID, f"{what} must be a list of strings")
     if len(value) > max_items:
-        raise ValueError(f"{what} has {len(value)} items, at most {max_items}")
+        fail(_TOO_LARGE, f"{what} has {len(value)} items, at most {max_items}")
     return [_text(item, f"each item of {what}", max_chars) for item in value]
 
 
 def _timestamp(value: Any, what: str) -> datetime:
     if not isinstance(value, str):
-        raise ValueError(f"{what} must be an ISO-8601 string such as 2026-04-03T10:30:00Z")
+        fail(_INVALID, f"{what} must be an ISO-8601 string such as 2026-04-03T10:30:00Z")
     try:
         return parse_timestamp(value)
     except ValueError as exc:
-        raise ValueError(f"{what}: {exc}") from exc
+        fail(_INVALID, f"{what}: {exc}")
     except OverflowError:  # e.g. 0001-01-01T00:00:00+01:00 is before datetime.min in UTC
-        raise ValueError(f"{what}: timestamp year must be between 1970 and 9998") from None
+        fail(_INVALID, f"{what}: timestamp year must be between 1970 and 9998")
 
 
 def _namespace(value: Any) -> str:
     # fullmatch: with match(), "$" would also accept a trailing newline ("team\n").
     if not isinstance(value, str) or not _NAMESPACE.fullmatch(value):
-        raise ValueError(
+        fail(
+            errors.INVALID_NAMESPACE,
             "namespace must be 1-64 characters: letters, digits, '.', '_' or '-', starting with a "
-            "letter or digit"
+            "letter or digit",
         )
     return value
 
 
 def _memory_id(value: Any, what: str) -> str:
     if not isinstance(value, str) or not MEMORY_ID_PATTERN.fullmatch(value):
-        raise ValueError(f"{what} must be a memory id as returned by store or recall (e.g. mem_…)")
+        fail(_INVALID, f"{what} must be a memory id as returned by store or recall (e.g. mem_…)")
     return value
 
 
@@ -114,28 +126,69 @@ class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
+# Parameter descriptions are the agent's: every tools/list carries them (server/schemas.py makes
+# the input schemas from these models), so they stay short.
+_NS = Field(
+    default=None,
+    description="Namespace (project); default: the server's",
+    json_schema_extra={"pattern": NAMESPACE_PATTERN},
+)
+_ISO = "ISO-8601 "
+
+
+def _ns() -> Any:
+    return _NS
+
+
 class StoreRequest(_Request):
-    type: str | None = None
-    content: str | None = None
-    subject: str | None = None
-    predicate: str | None = None
-    object: str | None = None
-    confidence: float = Field(default=1.0)
-    source: str | None = None
-    entities: list[str] | None = None
-    context: dict[str, Any] | None = None
-    supersedes: str | None = None
-    namespace: str | None = None
-    timestamp: datetime | None = None
-    t_valid: datetime | None = None
-    t_invalid: datetime | None = None
-    name: str | None = None
-    conditions: list[str] | None = None
-    steps: list[str] | None = None
-    multi_valued: StrictBool = False
-    pinned: StrictBool = False
-    rollback_to: StrictInt | None = Field(default=None, ge=1, le=MAX_VERSION)
-    version: StrictInt | None = Field(default=None, ge=1, le=MAX_VERSION)
+    type: TypeName | None = Field(
+        default=None,
+        description="Omit to auto-detect: semantic with subject+predicate+object, procedural "
+        "with steps, else episodic",
+    )
+    content: str | None = Field(
+        default=None,
+        description='The event (episodic) or procedure text; self-contained, e.g. "what | when '
+        '| where | who | why"',
+    )
+    subject: str | None = Field(default=None, description="Semantic: the entity the fact is about")
+    predicate: str | None = Field(default=None, description="Semantic: the relation or property")
+    object: str | None = Field(default=None, description="Semantic: the value or target entity")
+    confidence: float = Field(default=1.0, description="0.0-1.0, default 1.0")
+    source: str | None = Field(
+        default=None, description='Provenance; "memory:<id>" cites and validates that memory'
+    )
+    entities: list[str] | None = Field(default=None, description="Entity names, for filtering")
+    context: dict[str, Any] | None = Field(
+        default=None, description="Structured context (task, project, outcome...)"
+    )
+    supersedes: str | None = Field(default=None, description="Memory id this replaces")
+    namespace: str | None = _ns()
+    timestamp: datetime | None = Field(default=None, description=_ISO + "event time; default now")
+    t_valid: datetime | None = Field(
+        default=None, description=_ISO + "time the fact became true; default now"
+    )
+    t_invalid: datetime | None = Field(
+        default=None, description=_ISO + "time the fact stopped being true: stores history"
+    )
+    name: str | None = Field(
+        default=None, description="Procedure name; a known name makes a new version"
+    )
+    conditions: list[str] | None = Field(default=None, description="When the procedure applies")
+    steps: list[str] | None = Field(default=None, description="Ordered procedure steps")
+    multi_valued: StrictBool = Field(
+        default=False, description="The predicate holds several values at once"
+    )
+    pinned: StrictBool = Field(default=False, description="Exempt from decay and eviction")
+    rollback_to: StrictInt | None = Field(
+        default=None, ge=1, le=MAX_VERSION, description="With name: restore this older version"
+    )
+    version: StrictInt | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_VERSION,
+        description="Informational; ferrex numbers versions itself",
+    )
 
     @field_validator("type", mode="before")
     @classmethod
@@ -143,7 +196,10 @@ class StoreRequest(_Request):
         if value is None:
             return None
         if not isinstance(value, str) or value not in MEMORY_TYPES:
-            raise ValueError("unknown memory type; use one of: episodic, semantic, procedural")
+            fail(
+                errors.UNKNOWN_TYPE,
+                "unknown memory type; use one of: episodic, semantic, procedural",
+            )
         return value
 
     @field_validator("content", mode="before")
@@ -162,9 +218,9 @@ class StoreRequest(_Request):
     @classmethod
     def _confidence(cls, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueError("confidence must be a number between 0.0 and 1.0")
+            fail(_INVALID, "confidence must be a number between 0.0 and 1.0")
         if not math.isfinite(float(value)) or not 0.0 <= float(value) <= 1.0:
-            raise ValueError("confidence must be between 0.0 and 1.0")
+            fail(_INVALID, "confidence must be between 0.0 and 1.0")
         return float(value)
 
     @field_validator("entities", mode="before")
@@ -195,17 +251,18 @@ class StoreRequest(_Request):
         if value is None:
             return None
         if not isinstance(value, dict):
-            raise ValueError('context must be an object, e.g. {"task": "bug-fix"}')
+            fail(_INVALID, 'context must be an object, e.g. {"task": "bug-fix"}')
         try:
             encoded = json.dumps(value, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise ValueError("context must contain only JSON values") from exc
+        except (TypeError, ValueError):
+            fail(_INVALID, "context must contain only JSON values")
         if len(encoded.encode()) > _limits(info).max_context_bytes:
-            raise ValueError(
-                f"context is too large (at most {_limits(info).max_context_bytes} bytes)"
+            fail(
+                _TOO_LARGE,
+                f"context is too large (at most {_limits(info).max_context_bytes} bytes)",
             )
         if _json_depth(value) > MAX_JSON_DEPTH:
-            raise ValueError(f"context is nested too deeply (at most {MAX_JSON_DEPTH} levels)")
+            fail(_TOO_LARGE, f"context is nested too deeply (at most {MAX_JSON_DEPTH} levels)")
         return value
 
     @field_validator("supersedes", mode="before")
@@ -230,16 +287,17 @@ class StoreRequest(_Request):
         limit = _limits(info).max_content_chars
         total = sum(len(s) for s in (*(self.steps or ()), *(self.conditions or ())))
         if total > limit:
-            raise ValueError(
+            fail(
+                _TOO_LARGE,
                 f"steps and conditions are too long together ({total} characters, at most "
-                f"{limit}); split the procedure"
+                f"{limit}); split the procedure",
             )
         return self
 
 
 class TimeRange(_Request):
-    after: datetime | None = None
-    before: datetime | None = None
+    after: datetime | None = Field(default=None, description=_ISO)
+    before: datetime | None = Field(default=None, description=_ISO)
 
     @field_validator("after", "before", mode="before")
     @classmethod
@@ -249,29 +307,47 @@ class TimeRange(_Request):
     @model_validator(mode="after")
     def _ordered(self) -> TimeRange:
         if self.after and self.before and self.after > self.before:
-            raise ValueError("time_range.after must not be later than time_range.before")
+            fail(_INVALID, "time_range.after must not be later than time_range.before")
         return self
 
 
 class RecallRequest(_Request):
-    query: str
-    types: list[TypeName] | None = None
-    limit: StrictInt | None = Field(default=None, ge=1)
-    time_range: TimeRange | None = None
-    entities: list[str] | None = None
-    include_stale: StrictBool = False
-    include_invalidated: StrictBool = False
-    namespace: str | None = None
-    as_of: datetime | None = None
-    explain: StrictBool = False
-    max_tokens: StrictInt | None = Field(default=None, ge=1, le=1_000_000)
-    version: StrictInt | None = Field(default=None, ge=1, le=MAX_VERSION)
+    query: str = Field(description="What to search for")
+    types: list[TypeName] | None = Field(default=None, description="Filter by memory type")
+    limit: StrictInt | None = Field(default=None, ge=1, description="Max results, default 5")
+    time_range: TimeRange | None = Field(
+        default=None, description="{after, before}: bounds on the memory's time"
+    )
+    entities: list[str] | None = Field(
+        default=None, description="Only memories involving these entities"
+    )
+    include_stale: StrictBool = Field(default=False, description="Include stale memories")
+    include_invalidated: StrictBool = Field(
+        default=False, description="Include facts no longer true (history)"
+    )
+    namespace: str | None = _ns()
+    as_of: datetime | None = Field(default=None, description=_ISO + "instant: what was true then")
+    explain: StrictBool = Field(default=False, description="Add ranking details per result")
+    max_tokens: StrictInt | None = Field(
+        default=None, ge=1, le=1_000_000, description="Token budget for the results' content"
+    )
+    version: StrictInt | None = Field(
+        default=None, ge=1, le=MAX_VERSION, description="A specific procedure version"
+    )
+
+    @field_validator("limit")
+    @classmethod
+    def _limit(cls, value: int | None, info: ValidationInfo) -> int | None:
+        maximum = (info.context or {}).get("max_limit")
+        if value is not None and isinstance(maximum, int) and value > maximum:
+            fail(_TOO_LARGE, f"limit is at most {maximum} (got {value})")
+        return value
 
     @field_validator("query", mode="before")
     @classmethod
     def _query(cls, value: Any, info: ValidationInfo) -> Any:
         if isinstance(value, str) and not value.strip():
-            raise ValueError("query must not be empty: say what to search for")
+            fail(errors.EMPTY_QUERY, "query must not be empty: say what to search for")
         return _text(value, "query", _limits(info).max_query_chars)
 
     @field_validator("types", mode="before")
@@ -280,11 +356,12 @@ class RecallRequest(_Request):
         if value is None:
             return None
         if not isinstance(value, list) or not value:
-            raise ValueError("types must be a non-empty list of: episodic, semantic, procedural")
+            fail(_INVALID, "types must be a non-empty list of: episodic, semantic, procedural")
         for item in value:
             if item not in MEMORY_TYPES:
-                raise ValueError(
-                    f"unknown memory type {str(item)[:40]!r}; use episodic, semantic or procedural"
+                fail(
+                    errors.UNKNOWN_TYPE,
+                    f"unknown memory type {str(item)[:40]!r}; use episodic, semantic or procedural",
                 )
         return sorted(set(value))
 
@@ -309,24 +386,27 @@ class RecallRequest(_Request):
     @classmethod
     def _range(cls, value: Any) -> Any:
         if value is not None and not isinstance(value, dict):
-            raise ValueError(
-                'time_range must be an object like {"after": "2026-01-01", "before": "2026-02-01"}'
+            fail(
+                _INVALID,
+                'time_range must be an object like {"after": "2026-01-01", "before": "2026-02-01"}',
             )
         return value
 
 
 class ForgetRequest(_Request):
-    ids: list[str]
-    cascade: StrictBool = False
-    namespace: str | None = None
+    ids: list[str] = Field(description="Memory ids to delete (from recall)")
+    cascade: StrictBool = Field(
+        default=False, description="Also remove entities only these memories named"
+    )
+    namespace: str | None = _ns()
 
     @field_validator("ids", mode="before")
     @classmethod
     def _ids(cls, value: Any, info: ValidationInfo) -> Any:
         if not isinstance(value, list) or not value:
-            raise ValueError("ids must be a non-empty list of memory ids (find them with recall)")
+            fail(_INVALID, "ids must be a non-empty list of memory ids (find them with recall)")
         if len(value) > _limits(info).max_ids:
-            raise ValueError(f"ids has {len(value)} items, at most {_limits(info).max_ids}")
+            fail(_TOO_LARGE, f"ids has {len(value)} items, at most {_limits(info).max_ids}")
         return [_memory_id(item, "each id") for item in value]
 
     @field_validator("namespace", mode="before")
@@ -336,13 +416,15 @@ class ForgetRequest(_Request):
 
 
 class ReflectRequest(_Request):
-    namespace: str | None = None
-    limit: StrictInt = Field(default=10, ge=1, le=200)
-    include_contradictions: StrictBool = True
-    include_stale: StrictBool = True
-    confirm_ids: list[str] | None = None
-    pin_ids: list[str] | None = None
-    unpin_ids: list[str] | None = None
+    namespace: str | None = _ns()
+    limit: StrictInt = Field(default=10, ge=1, le=200, description="Max items per category")
+    include_contradictions: StrictBool = Field(default=True, description="Default true")
+    include_stale: StrictBool = Field(default=True, description="Default true")
+    confirm_ids: list[str] | None = Field(
+        default=None, description="Memories you confirm are still accurate"
+    )
+    pin_ids: list[str] | None = Field(default=None, description="Memories to pin")
+    unpin_ids: list[str] | None = Field(default=None, description="Memories to unpin")
 
     @field_validator("namespace", mode="before")
     @classmethod
@@ -355,17 +437,18 @@ class ReflectRequest(_Request):
         if value is None:
             return None
         if not isinstance(value, list):
-            raise ValueError(f"{info.field_name} must be a list of memory ids")
+            fail(_INVALID, f"{info.field_name} must be a list of memory ids")
         if len(value) > _limits(info).max_ids:
-            raise ValueError(
-                f"{info.field_name} has {len(value)} items, at most {_limits(info).max_ids}"
+            fail(
+                _TOO_LARGE,
+                f"{info.field_name} has {len(value)} items, at most {_limits(info).max_ids}",
             )
         return [_memory_id(item, f"each id in {info.field_name}") for item in value]
 
 
 class StatsRequest(_Request):
-    namespace: str | None = None
-    detailed: StrictBool = False
+    namespace: str | None = _ns()
+    detailed: StrictBool = Field(default=False, description="Full diagnostics; default brief")
 
     @field_validator("namespace", mode="before")
     @classmethod
@@ -376,8 +459,17 @@ class StatsRequest(_Request):
 R = TypeVar("R", bound=_Request)
 
 
-def parse(model: type[R], arguments: Any, limits: LimitsConfig, tool: str) -> R:
-    """Validate tool arguments; raise FerrexError with a stable code and an actionable message."""
+def parse(
+    model: type[R],
+    arguments: Any,
+    limits: LimitsConfig,
+    tool: str,
+    *,
+    max_limit: int | None = None,
+) -> R:
+    """Validate tool arguments; raise FerrexError with a stable code and an actionable message.
+
+    ``max_limit``: recall's configured ``retrieval.max_limit``."""
     if arguments is None:
         arguments = {}
     if not isinstance(arguments, dict):
@@ -386,7 +478,9 @@ def parse(model: type[R], arguments: Any, limits: LimitsConfig, tool: str) -> R:
     if bad is not None:
         raise invalid_text_error(tool, bad)
     try:
-        return model.model_validate(_lenient(model, arguments), context={"limits": limits})
+        return model.model_validate(
+            _lenient(model, arguments), context={"limits": limits, "max_limit": max_limit}
+        )
     except ValidationError as exc:
         raise _to_error(exc, model, tool) from None
 
@@ -464,11 +558,29 @@ def _expects_int(annotation: Any) -> bool:
     return int in bases and float not in bases
 
 
+# Codes a validator gives with ``fail`` (the error's ``type``), and the codes of pydantic's own
+# checks (type, range, enum) by their ``type``.
+_FERREX_CODES = frozenset(
+    {
+        errors.INVALID_PARAMS,
+        errors.MISSING_FIELD,
+        errors.UNKNOWN_TYPE,
+        errors.EMPTY_QUERY,
+        errors.TOO_LARGE,
+        errors.INVALID_NAMESPACE,
+    }
+)
+_WRONG_TYPE = frozenset(
+    {"string_type", "int_type", "bool_type", "float_type", "list_type", "dict_type", "model_type"}
+)
+_OUT_OF_RANGE = frozenset({"greater_than_equal", "less_than_equal", "greater_than", "less_than"})
+
+
 def _to_error(exc: ValidationError, model: type[_Request], tool: str) -> FerrexError:
     first = exc.errors(include_url=False)[0]
     location = ".".join(str(part) for part in first["loc"]) or "arguments"
     kind = first["type"]
-    message = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
+    message = str(first.get("msg", "invalid value"))
     if kind == "missing":
         return FerrexError(
             errors.MISSING_FIELD, f"{tool}: missing required parameter '{location}'", field=location
@@ -482,28 +594,14 @@ def _to_error(exc: ValidationError, model: type[_Request], tool: str) -> FerrexE
         )
     message = message.removeprefix(f"{location}: ")
     code = errors.INVALID_PARAMS
-    if location == "limit" and kind in {"less_than_equal", "less_than"}:
-        code = errors.TOO_LARGE
-    if "unknown memory type" in message:
-        code = errors.UNKNOWN_TYPE
-    elif "too long" in message or "too large" in message or "at most" in message:
-        code = errors.TOO_LARGE
-    elif location == "query" and "empty" in message:
-        code = errors.EMPTY_QUERY
-    elif location.startswith("namespace"):
-        code = errors.INVALID_NAMESPACE
-    elif kind in {
-        "string_type",
-        "int_type",
-        "bool_type",
-        "float_type",
-        "list_type",
-        "dict_type",
-        "model_type",
-    }:
-        message = f"wrong type ({message.lower()})"
-    elif kind in {"greater_than_equal", "less_than_equal", "greater_than", "less_than"}:
-        message = f"out of range ({message.lower()})"
+    if kind in _FERREX_CODES:
+        code = kind
     elif kind == "literal_error":
         code = errors.UNKNOWN_TYPE
+    elif kind in _WRONG_TYPE:
+        message = f"wrong type ({message.lower()})"
+    elif kind in _OUT_OF_RANGE:
+        if location == "limit" and kind in {"less_than_equal", "less_than"}:
+            code = errors.TOO_LARGE
+        message = f"out of range ({message.lower()})"
     return FerrexError(code, f"{tool}: invalid '{location}': {message}", field=location)

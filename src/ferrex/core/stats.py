@@ -21,15 +21,17 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ferrex.core.attention import count_attention
+from ferrex.core.deps import Deps
 from ferrex.core.memory import Memory, MemoryType
+from ferrex.core.pins import PIN_DIMENSION, PIN_NAME, PIN_SOURCE, PIN_VARIANT
+from ferrex.core.readiness import Readiness
 from ferrex.core.requests import StatsRequest
+from ferrex.core.results import Attention, RecentMemory, StatsBrief, StatsDetailed
 from ferrex.core.staleness import age_days
-
-if TYPE_CHECKING:
-    from ferrex.core.service import MemoryService
+from ferrex.core.upkeep import Upkeep
 
 RECENT = 2  # as in the spec's example
 SUMMARY_CHARS = 80
@@ -39,7 +41,7 @@ ELLIPSIS = "..."
 TokenCounter = Callable[[str], int]
 
 
-def _token_counter(service: MemoryService) -> TokenCounter:
+def _token_counter(service: Deps) -> TokenCounter:
     """Exact model tokens (stats waits for the model, loading at start-up in the background);
     a cheap upper-bound estimate only when the model cannot load at all."""
     embedder = service.embedder
@@ -75,106 +77,86 @@ def short_summary(memory: Memory, count_tokens: TokenCounter) -> str:
 
 def _recent(
     memories: list[Memory], now: datetime, count_tokens: TokenCounter
-) -> list[dict[str, Any]]:
+) -> list[RecentMemory]:
     return [
-        {
-            "id": m.id,
-            "type": m.type.value,
-            "summary": short_summary(m, count_tokens),
-            "age_days": int(age_days(m, now)),
-        }
+        RecentMemory(m.id, m.type, short_summary(m, count_tokens), int(age_days(m, now)))
         for m in memories
     ]
 
 
-def stats(service: MemoryService, request: StatsRequest) -> dict[str, Any]:
-    namespace = request.namespace or service.namespace
-    meta = service.meta
-    now = service.now()
-    counts = meta.memory_counts(namespace)
-    total = sum(c.n for c in counts)
-    current_total = sum(c.n for c in counts if c.current)
-    attention = count_attention(meta, namespace, now, service.settings.staleness)
-    levels = attention.levels
-    conflict_count = meta.count_contradictions(namespace)
-    recent = meta.recent_memories(namespace, RECENT)
-    needs_attention = {
-        "stale_count": attention.stale,
-        "conflict_count": conflict_count,
-        "unvalidated_count": attention.unvalidated,
-    }
-    warnings = service.warnings(brief=not request.detailed)
-    count_tokens = _token_counter(service)
-    if not request.detailed:
-        brief: dict[str, Any] = {
-            "total": total,
-            "recent": _recent(recent, now, count_tokens),
-            "needs_attention": needs_attention,
-        }
-        if warnings:
-            brief["warnings"] = warnings
-        return brief
-    by_type = {t.value: 0 for t in MemoryType}
-    for count in counts:
-        by_type[count.type] = by_type.get(count.type, 0) + count.n
-    storage = service.storage_bytes()
-    index_stats = service.index.stats()
-    # The model in use, or (while it loads, or when it was refused) the store's pinned model.
-    usable = getattr(service.embedder, "loaded", True) and service.model_error is None
-    model = service.embedder.info if usable else None
-    detailed: dict[str, Any] = {
-        "namespace": namespace,
-        "total": total,
-        "counts": by_type,
-        "staleness": {"fresh": levels["fresh"], "aging": levels["aging"], "stale": levels["stale"]},
-        "superseded": total - current_total,
-        "conflicts": conflict_count,
-        "entities": meta.count_entities(namespace),
-        "storage_mb": round(storage / (1024 * 1024), 2),
-        "disk_mb": round(service.disk_bytes() / (1024 * 1024), 2),
-        "recent": _recent(recent, now, count_tokens),
-        "needs_attention": needs_attention,
-        "pinned": sum(c.n for c in counts if c.pinned),
-        "evictions": {
-            "total": meta.count_audit(namespace, "evict"),
-            "last_at": meta.last_audit_at(namespace, "evict"),
-        },
-        "model": _model_status(service, model),
-        "reranker": {
-            "enabled": service.settings.rerank,
-            "available": service.reranker.available,
-            "model": service.reranker.name,
-            "reason": service.reranker.unavailable_reason
-            or (
-                "not loaded yet (checked in the background at start-up)"
-                if service.settings.rerank and not service.reranker.available
-                else None
-            ),
-        },
-        "index": {
-            "mode": index_stats.mode,
-            "reason": index_stats.reason or None,
-            "points_all_namespaces": index_stats.points,
-            **(
-                {"sidecar": index_stats.details["sidecar"]}
-                if "sidecar" in index_stats.details
-                else {}
-            ),
-            **(
-                {"background_index": index_stats.details["background_index"]}
-                if "background_index" in index_stats.details
-                else {}
-            ),
-        },
-        "cache": service.cache.stats(),
-        "journal_backlog": meta.journal_backlog(),
-    }
-    if warnings:
-        detailed["warnings"] = warnings
-    return detailed
+class Stats:
+    """The stats use case."""
+
+    def __init__(self, deps: Deps, upkeep: Upkeep, readiness: Readiness) -> None:
+        self.deps = deps
+        self.upkeep = upkeep
+        self.readiness = readiness
+
+    def run(self, request: StatsRequest) -> StatsBrief | StatsDetailed:
+        deps = self.deps
+        self.readiness.try_ready()
+        deps.sync_external_writes()
+        namespace = request.namespace or deps.namespace
+        meta = deps.meta
+        now = deps.now()
+        counts = meta.memory_counts(namespace)
+        total = sum(c.n for c in counts)
+        current_total = sum(c.n for c in counts if c.current)
+        counted = count_attention(meta, namespace, now, deps.settings.staleness)
+        levels = counted.levels
+        conflict_count = meta.count_contradictions(namespace)
+        latest = meta.recent_memories(namespace, RECENT)
+        attention = Attention(counted.stale, conflict_count, counted.unvalidated)
+        warnings = self.readiness.warnings(brief=not request.detailed)
+        recent = _recent(latest, now, _token_counter(deps))
+        if not request.detailed:
+            return StatsBrief(total, recent, attention, warnings)
+        by_type = {t.value: 0 for t in MemoryType}
+        for count in counts:
+            by_type[count.type] = by_type.get(count.type, 0) + count.n
+        index_stats = deps.index.stats()
+        # The model in use, or (while it loads, or when it was refused) the store's pinned model.
+        usable = getattr(deps.embedder, "loaded", True) and self.readiness.model_error is None
+        reranker = deps.reranker
+        return StatsDetailed(
+            total=total,
+            recent=recent,
+            needs_attention=attention,
+            warnings=warnings,
+            namespace=namespace,
+            counts=by_type,
+            staleness={k: levels[k] for k in ("fresh", "aging", "stale")},
+            superseded=total - current_total,
+            conflicts=conflict_count,
+            entities=meta.count_entities(namespace),
+            storage_bytes=self.upkeep.storage_bytes(),
+            disk_bytes=self.upkeep.disk_bytes(),
+            pinned=sum(c.n for c in counts if c.pinned),
+            evictions_total=meta.count_audit(namespace, "evict"),
+            evictions_last_at=meta.last_audit_at(namespace, "evict"),
+            model=_model_status(deps, deps.embedder.info if usable else None),
+            reranker={
+                "enabled": deps.settings.rerank,
+                "available": reranker.available,
+                "model": reranker.name,
+                "reason": reranker.unavailable_reason
+                or (
+                    "not loaded yet (checked in the background at start-up)"
+                    if deps.settings.rerank and not reranker.available
+                    else None
+                ),
+            },
+            index_mode=index_stats.mode,
+            index_reason=index_stats.reason or None,
+            index_points=index_stats.points,
+            index_sidecar=index_stats.details.get("sidecar"),
+            index_background=index_stats.details.get("background_index"),
+            cache=deps.cache.stats(),
+            journal_backlog=meta.journal_backlog(),
+        )
 
 
-def _model_status(service: MemoryService, model: Any) -> dict[str, Any] | None:
+def _model_status(deps: Deps, model: Any) -> dict[str, Any] | None:
     """The loaded model, or (while it loads) the model the store is pinned to."""
     if model is not None:
         return {
@@ -184,9 +166,7 @@ def _model_status(service: MemoryService, model: Any) -> dict[str, Any] | None:
             "variant": model.variant,
             "loaded": True,
         }
-    from ferrex.core.service import PIN_DIMENSION, PIN_NAME, PIN_SOURCE, PIN_VARIANT
-
-    meta = service.meta
+    meta = deps.meta
     name = meta.get_meta(PIN_NAME)
     if name is None:
         return None

@@ -13,11 +13,11 @@ from ferrex.core.lookup import memory_view, namespace_counts
 from ferrex.core.maintenance import doctor, export_lines, import_records, rebuild
 from ferrex.core.service import MemoryService
 from ferrex.embed.models import EMBEDDING_TIERS
+from ferrex.server.calls import TOOL_OPS, run_tool
 from ferrex.server.resources import present_memory, present_namespaces
 
 log = structlog.get_logger("ferrex.engine")
 
-TOOL_OPS = ("store", "recall", "forget", "reflect", "stats")
 # Everything a peer or an operator command may send to the engine (its MCP tools on the socket).
 ENGINE_OPS = (
     *TOOL_OPS,
@@ -102,7 +102,7 @@ def warn_overridden(settings: Settings, reply: dict[str, Any], engine_pid: int |
 
 def dispatch(service: MemoryService, op: str, arguments: dict[str, Any]) -> Any:
     if op in TOOL_OPS:
-        return getattr(service, op)(arguments)
+        return run_tool(service, op, arguments)
     if op == "ping":
         return {"ok": True}
     if op == "hello":

@@ -26,7 +26,7 @@ from ferrex.core import errors
 from ferrex.core.errors import FerrexError
 from ferrex.runtime.shared import SharedBackend
 from ferrex.server import resources
-from ferrex.server.tools import INSTRUCTIONS, TOOL_NAMES, TOOLS
+from ferrex.server.tools import INSTRUCTIONS, TOOL_NAMES, build_tools
 from ferrex.server.wire import CheckedLines, stdin_lines
 
 log = structlog.get_logger("ferrex.server")
@@ -52,8 +52,11 @@ def tool_error(error: FerrexError) -> types.CallToolResult:
 class FerrexMcp:
     """Tool routing between the MCP SDK and a backend (engine or peer)."""
 
-    def __init__(self, backend: SharedBackend, default_namespace: str = "default") -> None:
+    def __init__(
+        self, backend: SharedBackend, default_namespace: str = "default", max_limit: int = 200
+    ) -> None:
         self.backend = backend
+        self.tools = build_tools(max_limit)
         # Sent explicitly with every call: a peer's --namespace must win over the engine's.
         self.default_namespace = default_namespace
         self.ready = anyio.Event()
@@ -74,7 +77,7 @@ class FerrexMcp:
         )
 
     async def _list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=TOOLS)
+        return types.ListToolsResult(tools=self.tools)
 
     async def _list_resources(self, ctx: Any, params: Any) -> types.ListResourcesResult:
         return types.ListResourcesResult(resources=resources.RESOURCES)
@@ -142,8 +145,9 @@ async def serve_stdio(
     backend: SharedBackend,
     on_fatal: Callable[[BaseException], None],
     default_namespace: str = "default",
+    max_limit: int = 200,
 ) -> None:
-    app = FerrexMcp(backend, default_namespace)
+    app = FerrexMcp(backend, default_namespace, max_limit)
 
     async def start_backend(task_group: anyio.abc.TaskGroup) -> None:
         try:
@@ -203,7 +207,7 @@ def _exit_status(exc: BaseException) -> int:
     return 2
 
 
-def run(backend: SharedBackend, default_namespace: str = "default") -> int:
+def run(backend: SharedBackend, default_namespace: str = "default", max_limit: int = 200) -> int:
     exit_code = 0
 
     def fatal(exc: BaseException) -> None:
@@ -216,5 +220,5 @@ def run(backend: SharedBackend, default_namespace: str = "default") -> int:
         sys.stderr.flush()
 
     with contextlib.suppress(KeyboardInterrupt):
-        anyio.run(serve_stdio, backend, fatal, default_namespace)
+        anyio.run(serve_stdio, backend, fatal, default_namespace, max_limit)
     return exit_code

@@ -1,7 +1,7 @@
 """The five MCP tools: agent-facing descriptions (the spec's text), schemas and annotations.
 
-Input schemas are written by hand to stay small (they are loaded into every agent's context);
-``tests/test_tools_schema.py`` keeps them in step with the validating request models.
+Input schemas are made from the validating request models (``server/schemas.py``), so the
+schema an agent is shown, the validation a call gets and its error codes have one source.
 """
 
 from __future__ import annotations
@@ -9,6 +9,15 @@ from __future__ import annotations
 from typing import Any
 
 import mcp_types as types
+
+from ferrex.core.requests import (
+    ForgetRequest,
+    RecallRequest,
+    ReflectRequest,
+    StatsRequest,
+    StoreRequest,
+)
+from ferrex.server.schemas import input_schema
 
 INSTRUCTIONS = (
     "ferrex is your long-term memory. Call stats at the start of a conversation for a brief "
@@ -60,209 +69,6 @@ STATS_DESCRIPTION = (
 )
 
 _TYPES = ["episodic", "semantic", "procedural"]
-_NAMESPACE = {
-    "type": "string",
-    "description": "Memory namespace (project/workspace); defaults to the server's namespace",
-    "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
-}
-_STRINGS = {"type": "array", "items": {"type": "string"}}
-_IDS = {"type": "array", "items": {"type": "string"}}
-
-STORE_INPUT: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "type": {
-            "type": "string",
-            "enum": _TYPES,
-            "description": "Auto-detected when omitted: semantic if subject+predicate+object "
-            "provided, procedural if steps/conditions, episodic otherwise",
-        },
-        "content": {
-            "type": "string",
-            "description": "What happened (episodic) or the procedure steps (procedural). "
-            'Self-contained format recommended: "what | when | where | who | why"',
-        },
-        "subject": {
-            "type": "string",
-            "description": "The entity this fact is about (semantic only)",
-        },
-        "predicate": {
-            "type": "string",
-            "description": "The relationship or property (semantic only)",
-        },
-        "object": {"type": "string", "description": "The value or target entity (semantic only)"},
-        "confidence": {
-            "type": "number",
-            "minimum": 0,
-            "maximum": 1,
-            "description": "0.0-1.0, defaults to 1.0",
-        },
-        "source": {
-            "type": "string",
-            "description": 'Provenance (memory ID, URL, etc.); "memory:<id>" cites and '
-            "validates that memory",
-        },
-        "entities": {
-            **_STRINGS,
-            "description": "Entity names for filtering and future knowledge graph expansion",
-        },
-        "context": {
-            "type": "object",
-            "description": "Structured context (task, project, outcome, etc.)",
-        },
-        "supersedes": {
-            "type": "string",
-            "description": "Memory ID to explicitly replace (skips similarity check)",
-        },
-        "namespace": _NAMESPACE,
-        "timestamp": {
-            "type": "string",
-            "description": "ISO-8601 time of the event; defaults to now",
-        },
-        "t_valid": {
-            "type": "string",
-            "description": "ISO-8601 time a fact became true (semantic); defaults to now",
-        },
-        "t_invalid": {
-            "type": ["string", "null"],
-            "description": "ISO-8601 time a fact stopped being true (semantic): stores it as "
-            "history. Omit (or null) for a fact that is true now",
-        },
-        "name": {
-            "type": "string",
-            "description": "Procedure name (procedural); a known name creates a new version",
-        },
-        "conditions": {**_STRINGS, "description": "When the procedure applies (procedural)"},
-        "steps": {**_STRINGS, "description": "Ordered steps (procedural)"},
-        "multi_valued": {
-            "type": "boolean",
-            "description": "The predicate holds several values at once: keep all",
-        },
-        "pinned": {"type": "boolean", "description": "Exempt from decay and eviction"},
-        "rollback_to": {
-            "type": "integer",
-            "minimum": 1,
-            "description": "With name: store a new version equal to this older version",
-        },
-        "version": {
-            "type": "integer",
-            "minimum": 1,
-            "description": "Informational: ferrex numbers versions itself (a known name gets "
-            "the next version); the response says which version was stored",
-        },
-    },
-    "additionalProperties": False,
-}
-
-RECALL_INPUT: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "query": {"type": "string", "description": "What to search for"},
-        "types": {
-            "type": "array",
-            "items": {"type": "string", "enum": _TYPES},
-            "description": "Filter by memory type",
-        },
-        "limit": {
-            "type": "integer",
-            "minimum": 1,
-            "maximum": 200,
-            "description": "Max results, default 5",
-        },
-        "time_range": {
-            "type": "object",
-            "properties": {"after": {"type": "string"}, "before": {"type": "string"}},
-            "additionalProperties": False,
-            "description": "{after, before} ISO-8601 bounds on the memory's time",
-        },
-        "entities": {**_STRINGS, "description": "Filter to memories involving these entities"},
-        "include_stale": {
-            "type": "boolean",
-            "description": "Include memories flagged as potentially stale, default false",
-        },
-        "include_invalidated": {
-            "type": "boolean",
-            "description": "Include semantic facts with t_invalid set (historical queries), "
-            "default false",
-        },
-        "namespace": _NAMESPACE,
-        "as_of": {"type": "string", "description": "ISO-8601 instant: return what was valid then"},
-        "explain": {
-            "type": "boolean",
-            "description": "Per result: dense/BM25 ranks, fused, rerank, boost",
-        },
-        "max_tokens": {
-            "type": "integer",
-            "minimum": 1,
-            "description": "Token budget: results are cut, in rank order, when their content "
-            "passes it",
-        },
-        "version": {"type": "integer", "minimum": 1, "description": "A specific procedure version"},
-    },
-    "required": ["query"],
-    "additionalProperties": False,
-}
-
-FORGET_INPUT: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "ids": {**_IDS, "description": "Specific memory IDs to delete"},
-        "cascade": {
-            "type": "boolean",
-            "description": "Also remove entity-memory links for entities only referenced by "
-            "forgotten memories",
-        },
-        "namespace": _NAMESPACE,
-    },
-    "required": ["ids"],
-    "additionalProperties": False,
-}
-
-REFLECT_INPUT: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "namespace": {
-            **_NAMESPACE,
-            "description": "Namespace to reflect over (default: the server's)",
-        },
-        "limit": {
-            "type": "integer",
-            "minimum": 1,
-            "maximum": 200,
-            "description": "Max items to return per category",
-        },
-        "include_contradictions": {
-            "type": "boolean",
-            "description": "Include contradiction alerts, default true",
-        },
-        "include_stale": {
-            "type": "boolean",
-            "description": "Include stale memory audit, default true",
-        },
-        "confirm_ids": {
-            **_IDS,
-            "description": "Memories you reviewed and confirm are still accurate",
-        },
-        "pin_ids": {**_IDS, "description": "Memories to pin (never decay or evict)"},
-        "unpin_ids": {**_IDS, "description": "Memories to unpin"},
-    },
-    "additionalProperties": False,
-}
-
-STATS_INPUT: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "namespace": {
-            **_NAMESPACE,
-            "description": "Namespace to query stats for (default: the server's)",
-        },
-        "detailed": {
-            "type": "boolean",
-            "description": "Default false (brief mode). Set true for full diagnostics.",
-        },
-    },
-    "additionalProperties": False,
-}
 
 _FRESHNESS = {
     "type": "object",
@@ -416,56 +222,61 @@ def _tool(
     )
 
 
-TOOLS: list[types.Tool] = [
-    _tool(
-        "store",
-        STORE_DESCRIPTION,
-        STORE_INPUT,
-        STORE_OUTPUT,
-        title="Store memory",
-        read_only=False,
-        destructive=False,
-        idempotent=False,
-    ),
-    _tool(
-        "recall",
-        RECALL_DESCRIPTION,
-        RECALL_INPUT,
-        RECALL_OUTPUT,
-        title="Recall memories",
-        read_only=True,
-        destructive=False,
-        idempotent=True,
-    ),
-    _tool(
-        "forget",
-        FORGET_DESCRIPTION,
-        FORGET_INPUT,
-        FORGET_OUTPUT,
-        title="Forget memories",
-        read_only=False,
-        destructive=True,
-        idempotent=True,
-    ),
-    _tool(
-        "reflect",
-        REFLECT_DESCRIPTION,
-        REFLECT_INPUT,
-        REFLECT_OUTPUT,
-        title="Reflect on memory health",
-        read_only=False,
-        destructive=False,
-        idempotent=True,
-    ),
-    _tool(
-        "stats",
-        STATS_DESCRIPTION,
-        STATS_INPUT,
-        STATS_OUTPUT,
-        title="Memory stats",
-        read_only=True,
-        destructive=False,
-        idempotent=True,
-    ),
-]
+def build_tools(max_limit: int = 200) -> list[types.Tool]:
+    """The five tools; ``max_limit``: recall's configured ``retrieval.max_limit``."""
+    return [
+        _tool(
+            "store",
+            STORE_DESCRIPTION,
+            input_schema(StoreRequest),
+            STORE_OUTPUT,
+            title="Store memory",
+            read_only=False,
+            destructive=False,
+            idempotent=False,
+        ),
+        _tool(
+            "recall",
+            RECALL_DESCRIPTION,
+            input_schema(RecallRequest, maxima={"limit": max_limit}),
+            RECALL_OUTPUT,
+            title="Recall memories",
+            read_only=True,
+            destructive=False,
+            idempotent=True,
+        ),
+        _tool(
+            "forget",
+            FORGET_DESCRIPTION,
+            input_schema(ForgetRequest),
+            FORGET_OUTPUT,
+            title="Forget memories",
+            read_only=False,
+            destructive=True,
+            idempotent=True,
+        ),
+        _tool(
+            "reflect",
+            REFLECT_DESCRIPTION,
+            input_schema(ReflectRequest),
+            REFLECT_OUTPUT,
+            title="Reflect on memory health",
+            read_only=False,
+            destructive=False,
+            idempotent=True,
+        ),
+        _tool(
+            "stats",
+            STATS_DESCRIPTION,
+            input_schema(StatsRequest),
+            STATS_OUTPUT,
+            title="Memory stats",
+            read_only=True,
+            destructive=False,
+            idempotent=True,
+        ),
+    ]
+
+
+TOOLS = build_tools()
 TOOL_NAMES = tuple(t.name for t in TOOLS)

@@ -298,7 +298,6 @@ class EdgeIndex:
                     self._shard.close()
                     self._shard = None
 
-
     # ------------------------------------------------------------------ background index
 
     def unindexed_vectors(self) -> int:

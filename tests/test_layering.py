@@ -1,0 +1,60 @@
+"""Layering: core imports no server / runtime code, and core's modules import each other
+without a cycle (use cases sit over the dependency bundle, not over the service facade)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import ferrex
+
+PACKAGE = Path(ferrex.__file__).parent
+
+
+def _imports(path: Path) -> set[str]:
+    """Modules of ferrex imported at module level or in functions (TYPE_CHECKING included)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("ferrex"):
+            found.add(node.module)
+            for alias in node.names:  # from ferrex.core import errors
+                found.add(f"{node.module}.{alias.name}")
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("ferrex"))
+    return found
+
+
+def _core_graph() -> dict[str, set[str]]:
+    modules = {
+        f"ferrex.core.{p.stem}": p for p in (PACKAGE / "core").glob("*.py") if p.stem != "__init__"
+    }
+    return {name: _imports(path) & set(modules) for name, path in modules.items()}
+
+
+def test_core_imports_no_server_or_runtime_code() -> None:
+    for path in (PACKAGE / "core").glob("*.py"):
+        outer = {
+            m
+            for m in _imports(path)
+            if m.startswith(("ferrex.server", "ferrex.runtime", "ferrex.cli"))
+        }
+        assert not outer, (path.name, outer)
+
+
+def test_core_modules_import_each_other_without_a_cycle() -> None:
+    graph = _core_graph()
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+
+    def visit(name: str, path: list[str]) -> None:
+        state[name] = 1
+        for other in sorted(graph[name]):
+            if state.get(other) == 1:
+                cycle = [*path[path.index(other) :], other] if other in path else [name, other]
+                raise AssertionError(" -> ".join(cycle))
+            if other not in state:
+                visit(other, [*path, other])
+        state[name] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
