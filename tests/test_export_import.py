@@ -84,7 +84,10 @@ def recorded_days_ago(service: MemoryService, days: float) -> Iterator[None]:
 def populate(service: MemoryService) -> dict[str, str]:
     """Every feature the export must carry; returns a few ids by name."""
     ids: dict[str, str] = {}
-    store = service.store
+
+    def store(arguments: dict[str, Any]) -> dict[str, Any]:
+        return invoke(service, "store", arguments)
+
     ids["outage"] = store(
         {
             "content": "The PostgreSQL primary ran out of disk during the database outage",
