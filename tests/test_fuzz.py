@@ -41,6 +41,7 @@ from tests.conftest import make_settings, mcp_client
 import ferrex
 from ferrex.bootstrap import build_service
 from ferrex.core import errors
+from ferrex.server.calls import run_tool as invoke
 
 ERROR_CODES = {
     value for name, value in vars(errors).items() if name.isupper() and isinstance(value, str)
@@ -599,7 +600,7 @@ def test_hostile_inputs_are_refused_before_the_model_is_even_loaded(
     try:
         for tool, arguments, code in HOSTILE_CASES:
             with pytest.raises(errors.FerrexError) as refused:
-                getattr(service, tool)(arguments)
+                invoke(service, tool, arguments)
             assert refused.value.code == code, (tool, arguments, refused.value.to_dict())
             check_error({"error": refused.value.to_dict()}, tmp_path)
         assert service.embedder.loaded is False  # type: ignore[attr-defined]
