@@ -40,7 +40,9 @@ def load() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 def store_all(service: Any, memories: list[dict[str, Any]]) -> dict[str, str]:
     """Store every golden memory (bulk path of the MemoryService); return key -> memory id."""
     payloads = [{k: v for k, v in m.items() if k != "key"} for m in memories]
-    results = service.store_many(payloads)
+    from ferrex.server.calls import store_many
+
+    results = store_many(service, payloads)
     ids: dict[str, str] = {}
     for memory, result in zip(memories, results, strict=True):
         if "error" in result:
@@ -52,6 +54,8 @@ def store_all(service: Any, memories: list[dict[str, Any]]) -> dict[str, str]:
 def evaluate(
     service: Any, ids: dict[str, str], queries: list[dict[str, Any]], k: int = K
 ) -> GoldenReport:
+    from ferrex.server.calls import run_tool
+
     key_of = {v: k_ for k_, v in ids.items()}
     hits = 0.0
     per_query = []
@@ -60,7 +64,7 @@ def evaluate(
         arguments: dict[str, Any] = {"query": query["query"], "limit": k, "include_stale": True}
         if query.get("types"):
             arguments["types"] = query["types"]
-        response = service.recall(arguments)
+        response = run_tool(service, "recall", arguments)
         reranked = reranked or response["reranked"]
         returned = [key_of.get(r["id"], r["id"]) for r in response["results"]]
         expected = query["expected"]
