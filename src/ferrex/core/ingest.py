@@ -840,6 +840,8 @@ class Store:
                 "method": decision.similarity.method,
             }
         )
+        if decision.outcome is conflicts.Outcome.NEW:  # new beside its look-alikes
+            return _Fact()
         if decision.outcome is conflicts.Outcome.DUPLICATE:
             existing = decision.duplicate_of
             assert existing is not None
