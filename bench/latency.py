@@ -383,7 +383,7 @@ async def background_index(
         async with Client(params, mode="legacy") as client:
             detailed = await client.call_tool("stats", {"detailed": True})
             out["index_before"] = (detailed.structured_content or {}).get("index")
-            building = data.parent / "index.building"
+            building = data / "index.building"
             started = time.perf_counter()
             before = await timed_recalls(client, texts)
             out["recall_before"] = summary(before)
