@@ -221,10 +221,65 @@ def build(args: argparse.Namespace, data_dir: Path) -> Any:
 
         sync_module.sparse_text = lambda memory, text: text
     args.rerank_top_n = settings.retrieval.rerank_top_n or 20
+    if getattr(args, "embed_cache", None):
+        EmbeddingCache(Path(args.embed_cache), service.embedder).install()
     service.ensure_ready()
     if settings.rerank:
         service.reranker.load()
     return service
+
+
+class EmbeddingCache:
+    """Document embeddings kept between benchmark runs (``bench/.cache``, gitignored), so
+    parameter sweeps over the same data do not re-embed it. Keyed by the model's pin and the
+    exact text; the model's output for a text is deterministic, so a hit equals a miss."""
+
+    def __init__(self, directory: Path, embedder: Any) -> None:
+        self.embedder = embedder
+        self.directory = directory
+        self.vectors: dict[str, Any] = {}
+        self.dirty = False
+        self.loaded = False
+
+    def _file(self) -> Path:
+        pin = re.sub(r"[^A-Za-z0-9._-]+", "_", self.embedder.info.pin)  # loaded: has a variant
+        return self.directory / f"embeddings-{pin}.npz"
+
+    def install(self) -> None:
+        import atexit
+        import hashlib
+
+        import numpy as np
+
+        original = self.embedder.embed_documents
+
+        def embed_documents(texts: Sequence[str]) -> list[Any]:
+            if not self.loaded:
+                self.embedder.load()
+                if self._file().exists():
+                    with np.load(self._file()) as data:
+                        self.vectors = {key: data[key] for key in data.files}
+                self.loaded = True
+            keys = [hashlib.blake2b(t.encode(), digest_size=12).hexdigest() for t in texts]
+            missing = [i for i, key in enumerate(keys) if key not in self.vectors]
+            if missing:
+                fresh = original([texts[i] for i in missing])
+                for i, vector in zip(missing, fresh, strict=True):
+                    self.vectors[keys[i]] = np.asarray(vector, dtype=np.float32)
+                self.dirty = True
+            return [self.vectors[key].copy() for key in keys]
+
+        self.embedder.embed_documents = embed_documents
+        atexit.register(self.save)
+
+    def save(self) -> None:
+        import numpy as np
+
+        if not self.dirty or not self.loaded:
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        np.savez(self._file(), **self.vectors)  # type: ignore[arg-type]
+        self.dirty = False
 
 
 def settings_overrides(pairs: Sequence[str]) -> list[tuple[str, Any]]:
@@ -1485,6 +1540,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default="session",
         help="LoCoMo: store each session at its own date (as a live agent would; default) or "
         "everything at the fixed NOW",
+    )
+    parser.add_argument(
+        "--embed-cache",
+        default=str(REPO / "bench" / ".cache"),
+        help="directory of cached document embeddings ('' disables)",
     )
     parser.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument("--label", default=None, help="suffix for the JSON file name")

@@ -52,6 +52,10 @@ def make_settings(data_dir: Path, models_dir: Path, **overrides: Any) -> Setting
         "offline": True,
         "models_dir": str(models_dir),
         "rerank": False,
+        # In-process services return every candidate, as before the relevance floor: these
+        # tests check filters, budgets, limits and ordering on tiny made-up stores. The floor
+        # itself is tested through MCP with the real defaults (test_relevance_floor.py).
+        "retrieval.min_score": 0.0,
     }
     cli.update(overrides)
     settings, _ = load_settings(cli=cli, environ={})

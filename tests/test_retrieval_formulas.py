@@ -119,3 +119,96 @@ def test_fit_budget_cuts_whole_results() -> None:
     assert fit_budget(texts, count, 5) == (1, 4)
     assert fit_budget(texts, count, 3) == (0, 0)
     assert fit_budget([], count, 3) == (0, 0)
+
+
+# --------------------------------------------------------------------------- relevance, floor
+
+
+def test_relevance_is_a_probability_rising_with_each_piece_of_evidence() -> None:
+    from ferrex.config import RelevanceModel
+    from ferrex.core.relevance import relevance
+
+    model = RelevanceModel()
+    low = relevance(0.1, 0.0, model)
+    assert 0.0 < low < relevance(0.5, 0.0, model) < relevance(0.5, 0.5, model) < 1.0
+    assert relevance(1.0, 3.0, model) <= 1.0
+
+
+def test_bm25_norm_is_on_the_store_scale() -> None:
+    from ferrex.core.relevance import bm25_norm, idf_one
+
+    # A memory matching every query term once, each term unique to it, scores about 1 whatever
+    # the store size or the query length.
+    for points in (20, 3000):
+        for terms in (2, 6):
+            assert bm25_norm(terms * idf_one(points), terms, points) == pytest.approx(1.0)
+    assert bm25_norm(0.0, 3, 100) == 0.0
+    assert bm25_norm(5.0, 0, 100) == 0.0
+
+
+def test_boost_is_normalised_and_never_lifts_a_memory_over_the_floor() -> None:
+    from ferrex.core.relevance import max_boost
+
+    assert max_boost(CFG) == pytest.approx(1.3)
+    fresh_unrelated = Candidate("unrelated", fused_score=0.0, fused_rank=1, relevance=0.15)
+    old_relevant = Candidate("relevant", fused_score=0.0, fused_rank=2, relevance=0.45)
+    fresh_relevant = Candidate("fresh", fused_score=0.0, fused_rank=3, relevance=0.40)
+    ages = {"unrelated": 0.0, "relevant": 400.0, "fresh": 0.0}
+    ordered, basis = order_candidates(
+        [fresh_unrelated, old_relevant, fresh_relevant],
+        rerank_top_n=0,
+        rerank=None,
+        boost_of=lambda c: recency_boost("episodic", ages[c.memory_id], CFG),
+        base_k=5,
+        max_boost=1.3,
+        min_score=0.2,
+    )
+    assert basis == "fused"
+    # Below the floor it is gone, however fresh; the boost still reorders relevant memories.
+    assert [c.memory_id for c in ordered] == ["fresh", "relevant"]
+    assert ordered[0].final_score == pytest.approx(0.40)  # maximal boost / max boost = 1
+    assert 0.0 <= ordered[1].final_score <= ordered[0].final_score <= 1.0
+
+
+def test_rrf_order_keeps_scores_from_rising_down_the_list() -> None:
+    a = Candidate("a", fused_score=0.03, fused_rank=1, relevance=0.3)
+    b = Candidate("b", fused_score=0.02, fused_rank=2, relevance=0.8)
+    ordered, _ = order_candidates(
+        [a, b],
+        rerank_top_n=0,
+        rerank=None,
+        boost_of=lambda c: 1.0,
+        base_k=5,
+        max_boost=1.3,
+        by_relevance=False,
+    )
+    assert [c.memory_id for c in ordered] == ["a", "b"]
+    assert ordered[0].final_score >= ordered[1].final_score
+
+
+def test_context_neighbours_credit_by_noisy_or_within_the_gap() -> None:
+    from ferrex.config import NeighbourConfig
+    from ferrex.core.neighbours import context_credit
+
+    cfg = NeighbourConfig(weight=0.4, decay=0.5, window=2, gap_seconds=3600)
+    t0, t1, later = (
+        "2026-01-01T10:00:00+00:00",
+        "2026-01-01T10:05:00+00:00",
+        "2026-01-09T10:00:00+00:00",
+    )
+    near = {
+        "hit": [
+            ("prev", -1, t0, t1, True),
+            ("next2", 2, t1, t1, True),
+            ("week-later", 1, later, t1, True),
+            ("superseded", -2, t0, t1, False),
+        ]
+    }
+    credit = context_credit({"hit": 0.8, "next2": 0.5}, near, cfg, may_join=True)
+    assert credit.relevance["prev"] == pytest.approx(0.4 * 0.8)  # joined: credit alone
+    assert credit.relevance["next2"] == pytest.approx(1 - 0.5 * (1 - 0.2 * 0.8))
+    assert "week-later" not in credit.relevance and "superseded" not in credit.relevance
+    assert credit.joined == {"prev": "hit"}
+    assert credit.relevance["hit"] == 0.8
+    blocked = context_credit({"hit": 0.8}, near, cfg, may_join=False)
+    assert blocked.joined == {} and set(blocked.relevance) == {"hit"}

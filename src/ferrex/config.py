@@ -138,6 +138,33 @@ class RecencyConfig(_Section):
     )
 
 
+class RelevanceModel(_Section):
+    """relevance = sigmoid(bias + dense x cosine + bm25 x normalised BM25) (core/relevance.py)."""
+
+    # Fitted by bench/calibrate.py on LoCoMo dev + SciFact dev candidates (docs/recall.md).
+    bias: float = -4.669
+    dense: float = 7.010
+    bm25: float = 8.730
+
+
+class NeighbourConfig(_Section):
+    """Context neighbours (core/neighbours.py); weight 0 turns them off."""
+
+    weight: float = Field(default=0.0, ge=0, le=1)
+    decay: float = Field(default=0.5, ge=0, le=1)
+    window: int = Field(default=2, ge=1, le=5)
+    gap_seconds: float = Field(default=3600.0, ge=0)
+    top: int = Field(default=20, ge=1, le=200)
+
+
+class FeedbackConfig(_Section):
+    """BM25 pseudo-relevance feedback (core/feedback.py); weight 0 turns it off."""
+
+    weight: float = Field(default=0.0, ge=0, le=2)
+    docs: int = Field(default=5, ge=1, le=50)
+    terms: int = Field(default=20, ge=1, le=200)
+
+
 class RetrievalConfig(_Section):
     # "hybrid" is the product; "dense" and "bm25" run one channel through the same pipeline
     # (benchmarks compare them side by side).
@@ -154,6 +181,15 @@ class RetrievalConfig(_Section):
     # Embedded engine: build the dense HNSW index in a background process once this many
     # vectors lack it (0: never; brute-force search, exact, slower past ~20k memories).
     hnsw_build_min_unindexed: int = Field(default=20_000, ge=0)
+    # Results whose relevance (before the recency boost) is below this are not returned: limit
+    # is a maximum. 0 returns every candidate. Chosen on LoCoMo / SciFact dev (docs/recall.md).
+    min_score: float = Field(default=0.1, ge=0, le=1)
+    # How candidates are ordered without a cross-encoder: "relevance" (the calibrated score,
+    # a score fusion of cosine and BM25) or "rrf" (reciprocal-rank fusion, k = rrf_k).
+    fusion: Literal["relevance", "rrf"] = "relevance"
+    relevance: RelevanceModel = Field(default_factory=RelevanceModel)
+    neighbours: NeighbourConfig = Field(default_factory=NeighbourConfig)
+    feedback: FeedbackConfig = Field(default_factory=FeedbackConfig)
 
 
 class DedupConfig(_Section):

@@ -105,6 +105,8 @@ class IndexFilter:
     as_of: datetime | None = None
     # Only points embedded by this model are compared (never mix models; PRME RFC-0005 §4.2).
     model: str | None = None
+    # Only these memories (scoring known candidates in a channel that did not return them).
+    memory_ids: tuple[str, ...] | None = None
 
 
 @dataclass
@@ -309,6 +311,10 @@ class MetadataStore(Protocol):
     def namespaces(self) -> list[str]: ...
 
     def recent_memories(self, namespace: str, limit: int) -> list[Memory]: ...
+
+    def stored_neighbours(
+        self, namespace: str, memory_ids: Sequence[str], window: int
+    ) -> dict[str, list[tuple[str, int, str, str, bool]]]: ...
 
     def referencing_sources(self, memory_ids: Sequence[str]) -> set[str]: ...
 

@@ -13,12 +13,17 @@ from ferrex.core.cache import CachedRecall, embedding_hash
 from ferrex.core.date_terms import query_terms
 from ferrex.core.deps import Deps
 from ferrex.core.errors import FerrexError
+from ferrex.core.feedback import expand
+from ferrex.core.indexing import sparse_text
 from ferrex.core.memory import Memory, MemoryType
+from ferrex.core.neighbours import context_credit
 from ferrex.core.ports import (
     IndexFilter,
     IndexHit,
+    SparseVec,
     Vector,
 )
+from ferrex.core.relevance import max_boost, relevance_of
 from ferrex.core.requests import RecallRequest
 from ferrex.core.results import RecallHit, RecallResult
 from ferrex.core.retrieval import (
@@ -122,8 +127,20 @@ class Recall:
                 continue  # a row deleted mid-flight, or (never) another namespace
             if request.version is not None and memory.version != request.version:
                 continue
+            if memory_id in cached.joined and types and memory.type.value not in types:
+                continue  # a neighbour of another type than the recall asked for
             fresh = assess(memory, now, self.settings.staleness)
             candidate = Candidate(memory_id, score, rank, dense_rank, bm25_rank)
+            candidate.relevance = cached.relevance.get(memory_id, 0.0)
+            if request.explain and memory_id in cached.evidence:
+                cosine, bm25, bm25_normed = cached.evidence[memory_id]
+                candidate.extra.update(
+                    cosine=None if cosine is None else round(cosine, 6),
+                    bm25=None if bm25 is None else round(bm25, 6),
+                    bm25_norm=round(bm25_normed, 6),
+                )
+            if memory_id in cached.joined:
+                candidate.extra["neighbour_of"] = cached.joined[memory_id]
             if memory_id in cached.below_bm25_floor:
                 # Ranked by BM25, but under the relative floor: not counted in the fused score.
                 candidate.extra["bm25_below_floor"] = True
@@ -158,9 +175,12 @@ class Recall:
             rerank=rerank if use_rerank else None,
             boost_of=boost,
             base_k=cfg.fused_base_k,
+            max_boost=max_boost(self.settings.recency),
+            min_score=cfg.min_score,
+            by_relevance=cfg.mode == "hybrid" and cfg.fusion == "relevance",
         )
         selected = ordered[:limit]
-        held = self._held_back(candidates, stale, limit, boost, cfg.fused_base_k)
+        held = self._held_back(candidates, stale, limit, boost)
         truncated = 0
         tokens_used = None
         if request.max_tokens is not None:
@@ -172,6 +192,11 @@ class Recall:
             self._result(rows[c.memory_id], c, freshness[c.memory_id], request.explain, now)
             for c in selected
         ]
+        for hit, c in zip(hits, selected, strict=True):
+            if c.memory_id in cached.joined:
+                # Not found by the query itself: context of a hit stored next to it (explain
+                # names the hit: neighbour_of).
+                hit.included_as = "neighbour"
         partners = self._flag_contradictions(
             namespace, [rows[c.memory_id] for c in selected], hits, request.as_of
         )
@@ -211,6 +236,13 @@ class Recall:
             tokens=tokens_used if request.max_tokens is not None else None,
             unresolved_entities=unresolved,
             cache_hit=cache_hit if request.explain else None,
+            no_results=None
+            if hits
+            else (
+                f"no memory is relevant enough (min_score {cfg.min_score:g})"
+                if candidates and cfg.min_score > 0
+                else "no memory matches"
+            ),
         )
 
     def _query_vector(self, query: str) -> Vector:
@@ -259,6 +291,14 @@ class Recall:
             fetch = min(MAX_CHUNK_FETCH, fetch * 4)
         dense_hits = best_chunk_per_memory(dense_hits, prefetch)
         bm25_hits = best_chunk_per_memory(bm25_hits, prefetch)
+        sparse_query = sparse
+        if cfg.mode == "hybrid" and cfg.feedback.weight > 0 and sparse and bm25_hits:
+            sparse_query = self._feedback_query(sparse, dense_hits, bm25_hits)
+            bm25_hits = best_chunk_per_memory(
+                self.index.sparse_search(sparse_query, flt, fetch), prefetch
+            )
+        query_weight = float(sum(sparse_query.values))
+        all_bm25 = bm25_hits  # every BM25 score counts as evidence, floored out of RRF or not
         bm25_ranks = _ranks(bm25_hits) if explain else {}  # the channel's own ranks
         below_floor: frozenset[str] = frozenset()
         if cfg.mode == "hybrid":
@@ -277,21 +317,114 @@ class Recall:
         for hit in hits:
             if hit.memory_id and hit.score > best.get(hit.memory_id, float("-inf")):
                 best[hit.memory_id] = hit.score
+        if cfg.mode == "hybrid":
+            dense_hits, all_bm25 = self._complete_evidence(
+                list(best), dense_hits, all_bm25, vector, sparse_query, flt
+            )
+        scored = relevance_of(
+            list(best),
+            dense_hits,
+            all_bm25,
+            query_weight=query_weight,
+            points=self.meta.count_memories(flt.namespace),
+            fetched=prefetch,
+            model=cfg.relevance,
+        )
+        joined: dict[str, str] = {}
+        if cfg.mode == "hybrid" and cfg.neighbours.weight > 0 and scored:
+            joined = self._neighbour_credit(scored, flt)
+            for mid in joined:
+                best.setdefault(mid, 0.0)
+        if cfg.mode == "hybrid" and cfg.fusion == "relevance":
+            # Score fusion: the calibrated relevance orders the candidates (RRF breaks ties).
+            best = {mid: scored[mid][0] for mid in best}
         ordered = sorted(best.items(), key=lambda item: (-item[1], item[0]))
         return CachedRecall(
             fused=[
                 (mid, score, dense_ranks.get(mid), bm25_ranks.get(mid)) for mid, score in ordered
             ],
             below_bm25_floor=below_floor,
+            relevance={mid: value for mid, (value, _) in scored.items()},
+            evidence={mid: evidence for mid, (_, evidence) in scored.items()} if explain else {},
+            joined=joined,
         )
 
-    @staticmethod
+    def _complete_evidence(
+        self,
+        memory_ids: list[str],
+        dense_hits: list[IndexHit],
+        bm25_hits: list[IndexHit],
+        vector: Vector,
+        sparse: SparseVec,
+        flt: IndexFilter,
+    ) -> tuple[list[IndexHit], list[IndexHit]]:
+        """Each channel's score for the candidates the other channel found (one small filtered
+        query per channel), so every candidate's relevance uses its real cosine and BM25."""
+        cfg = self.settings.retrieval
+        out = []
+        for hits, search in (
+            (
+                dense_hits,
+                lambda f, n: self.index.dense_search(vector, f, n, cfg.hnsw_ef),
+            ),
+            (bm25_hits, lambda f, n: self.index.sparse_search(sparse, f, n)),
+        ):
+            have = {hit.memory_id for hit in hits}
+            missing = tuple(sorted(m for m in memory_ids if m not in have))
+            if not missing or (hits is bm25_hits and not sparse):
+                out.append(hits)
+                continue
+            found = search(replace(flt, memory_ids=missing), 4 * len(missing))
+            out.append([*hits, *best_chunk_per_memory(found, len(missing))])
+        return out[0], out[1]
+
+    def _feedback_query(
+        self, sparse: SparseVec, dense_hits: list[IndexHit], bm25_hits: list[IndexHit]
+    ) -> SparseVec:
+        """The query with the first fused hits' BM25 terms (core/feedback.py)."""
+        cfg = self.settings.retrieval
+        first = fuse_rrf([dense_hits, bm25_hits], cfg.rrf_k, cfg.feedback.docs)
+        rows = self.meta.get_memories([hit.memory_id for hit in first])
+        docs = [
+            self.deps.sparse.encode_document(
+                sparse_text(rows[h.memory_id], rows[h.memory_id].display_text())
+            )
+            for h in first
+            if h.memory_id in rows
+        ]
+        return expand(sparse, docs, cfg.feedback.weight, cfg.feedback.terms)
+
+    def _neighbour_credit(
+        self,
+        scored: dict[str, tuple[float, tuple[float | None, float | None, float]]],
+        flt: IndexFilter,
+    ) -> dict[str, str]:
+        """Context neighbours (core/neighbours.py): updates ``scored`` in place; returns the
+        neighbours that joined, each with the hit it came by. A filtered recall (entities, a
+        time range, a past moment, history) lets credit reach its own candidates only."""
+        cfg = self.settings.retrieval.neighbours
+        relevance = {mid: value for mid, (value, _) in scored.items()}
+        top = sorted(relevance, key=lambda mid: (-relevance[mid], mid))[: cfg.top]
+        near = self.meta.stored_neighbours(flt.namespace, top, cfg.window)
+        may_join = (
+            flt.entity_ids is None
+            and flt.time_after is None
+            and flt.time_before is None
+            and flt.as_of is None
+            and flt.validity == "current"
+        )
+        credit = context_credit(relevance, near, cfg, may_join=may_join)
+        for mid, value in credit.relevance.items():
+            evidence = scored[mid][1] if mid in scored else (None, None, 0.0)
+            scored[mid] = (value, evidence)
+        return credit.joined
+
     def _held_back(
+        self,
         candidates: Sequence[Candidate],
         stale: Sequence[Candidate],
         limit: int,
         boost: Callable[[Candidate], float],
-        base_k: float,
     ) -> set[str]:
         """The stale memories include_stale=true would have put in these results: the
         stale candidates within the top ``limit`` of all candidates (fused order with the
@@ -304,8 +437,16 @@ class Recall:
             (replace(c, rerank_score=None) for c in [*candidates, *stale]),
             key=lambda c: c.fused_rank,
         )
+        cfg = self.settings.retrieval
         everything, _ = order_candidates(
-            pool, rerank_top_n=0, rerank=None, boost_of=boost, base_k=base_k
+            pool,
+            rerank_top_n=0,
+            rerank=None,
+            boost_of=boost,
+            base_k=cfg.fused_base_k,
+            max_boost=max_boost(self.settings.recency),
+            min_score=cfg.min_score,
+            by_relevance=cfg.mode == "hybrid" and cfg.fusion == "relevance",
         )
         stale_ids = {c.memory_id for c in stale}
         return {c.memory_id for c in everything[:limit] if c.memory_id in stale_ids}

@@ -102,7 +102,8 @@ class RecallHit:
     freshness: Freshness
     effective_confidence: float | None = None  # semantic facts (confidence decay)
     contradicts: list[str] = field(default_factory=list)  # other current values (Layer 4)
-    included_as: str | None = None  # "contradiction": a partner added after the ranked page
+    # "contradiction": a partner added after the ranked page; "neighbour": context of a hit
+    included_as: str | None = None
     explain: dict[str, Any] | None = None
 
 
@@ -118,6 +119,7 @@ class RecallResult:
     tokens: int | None = None
     unresolved_entities: list[str] = field(default_factory=list)
     cache_hit: bool | None = None  # explain only
+    no_results: str | None = None  # why the answer is empty (the relevance floor, or nothing)
 
 
 @dataclass

@@ -1,19 +1,17 @@
-"""Retrieval scoring (spec "Retrieval Pipeline Detail", step 3): rerank, recency boost, order.
+"""Retrieval scoring (spec "Retrieval Pipeline Detail", step 3): rerank, boost, floor, order.
 
-    final_score = base_score x recency_boost            (multiplicative, never additive)
+    final_score = base_score x recency_boost / max_boost   (multiplicative, never additive)
     recency_boost = 1 + amplitude x 2^(-age_days / half_life_days)
         episodic   1 + 0.3  x 2^(-age/30)    (1.0 - 1.3)
         semantic   1 + 0.15 x 2^(-age/180)   (1.0 - 1.15)
         procedural 1.0
 
-``base_score`` is the cross-encoder's relevance as a probability (sigmoid of its raw logit, so
-the multiplicative boost keeps its meaning for negative logits) when the reranker ran.
-Without a reranker it is a rank score of the fused order, ``(b + 1) / (b + rank)`` with
-``b = retrieval.fused_base_k`` (default 5): 1.0 for the first candidate, 0.86 for the second,
-0.6 for the fifth. The raw RRF score (k = 60) is far too flat for a multiplicative boost: ranks
-1 and 2 differ by under 2%, so a 15-30% recency boost would override relevance entirely (golden
-set recall@3 fell from 0.875 to 0.719 when we tried it). With ``b`` = 5 a maximal boost lifts a
-memory one or two places. Responses name the basis used (``score_basis``).
+``base_score`` is the cross-encoder's relevance as a probability (sigmoid of its raw logit) when
+the reranker ran; without one it is the calibrated relevance of core/relevance.py (cosine and
+normalised BM25 through a logistic fitted on dev data), never a function of the rank. Dividing
+by the largest boost any type can get (1.3 by default) keeps the spec's ratios between
+candidates and every score in [0, 1]. Candidates whose base score is below
+``retrieval.min_score`` are not returned. Responses name the basis used (``score_basis``).
 """
 
 from __future__ import annotations
@@ -46,11 +44,6 @@ def rerank_probability(raw_score: float) -> float:
     return exp / (1.0 + exp)
 
 
-def normalised_rrf(score: float, rrf_k: int, channels: int = 2) -> float:
-    best = channels / (rrf_k + 1.0)
-    return min(1.0, score / best) if best > 0 else 0.0
-
-
 @dataclass
 class Candidate:
     """One memory in the recall pipeline, from fusion to final order."""
@@ -64,6 +57,8 @@ class Candidate:
     base_score: float = 0.0
     boost: float = 1.0
     final_score: float = 0.0
+    # Calibrated relevance from the channels' evidence (core/relevance.py), before any boost.
+    relevance: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
 
     def explain(self) -> dict[str, Any]:
@@ -72,6 +67,7 @@ class Candidate:
             "bm25_rank": self.bm25_rank,
             "fused_rank": self.fused_rank,
             "fused_score": round(self.fused_score, 6),
+            "relevance": round(self.relevance, 6),
             "rerank_score": None if self.rerank_score is None else round(self.rerank_score, 6),
             "base_score": round(self.base_score, 6),
             "recency_boost": round(self.boost, 6),
@@ -81,7 +77,7 @@ class Candidate:
 
 
 def rank_score(rank: int, base_k: float) -> float:
-    """Fused-order base score: (b + 1) / (b + rank), 1.0 at rank 1."""
+    """Fused-order rank score: (b + 1) / (b + rank), 1.0 at rank 1 (orders RRF fusion)."""
     return (base_k + 1.0) / (base_k + max(1, rank))
 
 
@@ -92,18 +88,25 @@ def order_candidates(
     rerank: Callable[[Sequence[Candidate]], list[float]] | None,
     boost_of: Callable[[Candidate], float],
     base_k: float,
+    max_boost: float = 1.0,
+    min_score: float = 0.0,
+    by_relevance: bool = True,
 ) -> tuple[list[Candidate], str]:
-    """Rerank the top-N fused candidates, apply boosts, keep RRF order for the rest.
+    """Rerank the top-N fused candidates, apply boosts, drop what falls below the floor.
 
-    ``candidates`` arrive in fused order. Returns the final order and the score basis.
+    ``candidates`` arrive in fused order, each with its calibrated ``relevance``. Returns the
+    final order and the score basis. Every score is in [0, 1] and never rises down the list.
 
-    Without a reranker every candidate scores ``rank_score(fused_rank) x boost`` (the fused rank
-    counts every candidate the index returned, so a memory's score does not depend on whether
-    stale ones were held back). With one, the reranked head scores ``p(relevant) x boost``; the
-    tail keeps its fused order (spec: rerank the top N, RRF order for the rest) and scores
-    strictly below the head's lowest score, decreasing with position, with no boost applied —
-    so ``score`` never rises down a page.
+    Without a reranker a candidate's base score is its relevance; ``score = relevance x boost /
+    max_boost``. With ``by_relevance`` the list is ordered by that score; otherwise (RRF
+    fusion) by ``rank_score(fused_rank) x boost`` as the design orders it, scores capped so they
+    never rise down the list. With a reranker the top N score ``p(relevant) x boost /
+    max_boost`` and the tail keeps its fused order below the head's lowest score, no boost.
+
+    The floor: a candidate whose base score (relevance, or the cross-encoder's probability) is
+    below ``min_score`` is not returned, whatever its boost.
     """
+    scale = max(1.0, max_boost)
     head = list(candidates[:rerank_top_n]) if rerank is not None else []
     tail = list(candidates[len(head) :])
     if head and rerank is not None:
@@ -112,21 +115,40 @@ def order_candidates(
             candidate.rerank_score = float(score)
             candidate.base_score = rerank_probability(float(score))
             candidate.boost = boost_of(candidate)
-            candidate.final_score = candidate.base_score * candidate.boost
+            candidate.final_score = min(1.0, candidate.base_score * candidate.boost / scale)
+        head = [c for c in head if c.base_score >= min_score]
         head.sort(key=lambda c: (-c.final_score, c.memory_id))
-        floor = head[-1].final_score
-        for position, candidate in enumerate(tail, start=1):
+        ceiling = head[-1].final_score if head else 1.0
+        kept_tail: list[Candidate] = []
+        for candidate in tail:
             candidate.rerank_score = None
-            candidate.base_score = floor * rank_score(position + 1, base_k)
+            candidate.base_score = candidate.relevance
             candidate.boost = 1.0
-            candidate.final_score = candidate.base_score
-        return head + tail, BASIS_RERANK
+            if candidate.base_score < min_score:
+                continue
+            ceiling = min(ceiling, candidate.base_score)
+            candidate.final_score = ceiling
+            kept_tail.append(candidate)
+        return head + kept_tail, BASIS_RERANK
+    kept = []
     for candidate in candidates:
         candidate.rerank_score = None
-        candidate.base_score = rank_score(candidate.fused_rank, base_k)
+        candidate.base_score = candidate.relevance
+        if candidate.base_score < min_score:
+            continue
         candidate.boost = boost_of(candidate)
-        candidate.final_score = candidate.base_score * candidate.boost
-    ordered = sorted(candidates, key=lambda c: (-c.final_score, c.fused_rank, c.memory_id))
+        candidate.final_score = min(1.0, candidate.base_score * candidate.boost / scale)
+        kept.append(candidate)
+    if by_relevance:
+        ordered = sorted(kept, key=lambda c: (-c.final_score, c.fused_rank, c.memory_id))
+        return ordered, BASIS_FUSED
+    ordered = sorted(
+        kept, key=lambda c: (-rank_score(c.fused_rank, base_k) * c.boost, c.fused_rank, c.memory_id)
+    )
+    ceiling = 1.0
+    for candidate in ordered:
+        ceiling = min(ceiling, candidate.final_score)
+        candidate.final_score = ceiling
     return ordered, BASIS_FUSED
 
 

@@ -245,6 +245,8 @@ def present_recall(result: RecallResult) -> dict[str, Any]:
     }
     if result.rerank_status is not None:
         out["rerank_status"] = result.rerank_status
+    if result.no_results is not None:
+        out["no_results"] = result.no_results
     held = result.stale_held_back
     if held:
         out["note"] = (

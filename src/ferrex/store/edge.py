@@ -511,6 +511,8 @@ def _namespace_filter(flt: IndexFilter) -> q.Filter:
 
 def _filter(flt: IndexFilter) -> q.Filter:
     must: list[Any] = [q.FieldCondition("namespace", match=q.MatchValue(flt.namespace))]
+    if flt.memory_ids is not None:
+        must.append(q.FieldCondition("memory_id", match=q.MatchAny(list(flt.memory_ids))))
     if flt.model is not None:
         must.append(q.FieldCondition("model", match=q.MatchValue(flt.model)))
     if flt.types:

@@ -369,6 +369,10 @@ def _filter(flt: IndexFilter) -> models.Filter:
     must: list[Any] = [
         models.FieldCondition(key="namespace", match=models.MatchValue(value=flt.namespace))
     ]
+    if flt.memory_ids is not None:
+        must.append(
+            models.FieldCondition(key="memory_id", match=models.MatchAny(any=list(flt.memory_ids)))
+        )
     if flt.model is not None:
         must.append(models.FieldCondition(key="model", match=models.MatchValue(value=flt.model)))
     if flt.types:

@@ -442,6 +442,47 @@ class MetadataStore:
             for row in self._q("SELECT DISTINCT namespace FROM memories ORDER BY 1")
         ]
 
+    def stored_neighbours(
+        self, namespace: str, memory_ids: Sequence[str], window: int
+    ) -> dict[str, list[tuple[str, int, str, str, bool]]]:
+        """Memories stored just before and after each of ``memory_ids`` in ``namespace``.
+
+        Storage order is (created_at, rowid). Per memory: up to ``window`` on each side as
+        (id, offset -window..-1 / 1..window, created_at of the neighbour, created_at of the
+        memory, current = t_invalid is null)."""
+        out: dict[str, list[tuple[str, int, str, str, bool]]] = {}
+        if window <= 0 or not memory_ids:
+            return out
+        with self._lock:
+            for memory_id in memory_ids:
+                row = self._conn.execute(
+                    "SELECT created_at, rowid AS r FROM memories WHERE id = ? AND namespace = ?",
+                    (memory_id, namespace),
+                ).fetchone()
+                if row is None:
+                    continue
+                own = (row["created_at"], row["r"])
+                found: list[tuple[str, int, str, str, bool]] = []
+                for op, order, sign in (("<", "DESC", -1), (">", "ASC", 1)):
+                    rows = self._conn.execute(
+                        "SELECT id, created_at, t_invalid IS NULL AS current FROM memories "
+                        f"WHERE namespace = ? AND (created_at, rowid) {op} (?, ?) "
+                        f"ORDER BY created_at {order}, rowid {order} LIMIT ?",
+                        (namespace, own[0], own[1], window),
+                    ).fetchall()
+                    for offset, near in enumerate(rows, start=1):
+                        found.append(
+                            (
+                                near["id"],
+                                sign * offset,
+                                near["created_at"],
+                                own[0],
+                                bool(near["current"]),
+                            )
+                        )
+                out[memory_id] = found
+        return out
+
     def recent_memories(self, namespace: str, limit: int) -> list[Memory]:
         return self.memories_in_namespace(
             namespace, where="t_invalid IS NULL", order="created_at DESC, id DESC", limit=limit

@@ -1,0 +1,98 @@
+"""Relevance: what a recall ``score`` means without a cross-encoder.
+
+A candidate's relevance is a calibrated probability that it answers the query, from the two
+pieces of evidence every memory has:
+
+* ``dense`` — the cosine similarity of the query and memory embeddings (best chunk);
+* ``bm25`` — the BM25 score of the memory for the query, normalised to the scale of the store:
+  ``bm25 / (query_terms x idf_one(N))``, where ``idf_one(N) = ln(1 + (N - 0.5) / 1.5)`` is the
+  IDF of a term found in one memory of a namespace of ``N`` points. A memory holding every query
+  term once, each term rare, scores about 1; BM25's raw scale grows with the store and the
+  query's length, this one does not.
+
+    relevance = sigmoid(bias + w_dense x dense + w_bm25 x bm25_norm)
+
+The weights are a logistic regression fitted on the dev halves of LoCoMo and SciFact
+(``bench/calibrate.py``; numbers in docs/recall.md). The rank of a candidate plays no part: the
+best candidate of a question nothing answers still scores low, which is what the relevance floor
+(``retrieval.min_score``) relies on.
+
+The recency boost stays multiplicative (spec) and is normalised by the largest boost any type
+can get, so ``score = relevance x boost / max_boost`` stays in [0, 1]; the floor compares the
+relevance before the boost, so a boost alone never lifts an unrelated memory into the results.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from ferrex.config import RecencyConfig, RelevanceModel
+from ferrex.core.ports import IndexHit
+
+
+def idf_one(points: int) -> float:
+    """IDF (Qdrant's BM25 formula) of a term found in one of ``points`` documents."""
+    n = max(1, points)
+    return math.log(1.0 + (n - 0.5) / 1.5)
+
+
+def bm25_norm(score: float, query_weight: float, points: int) -> float:
+    """BM25 score on the store's scale (see module doc); 0 for no match. ``query_weight`` is
+    the sum of the query vector's weights (its term count, unless feedback expanded it)."""
+    if score <= 0 or query_weight <= 0:
+        return 0.0
+    return score / (query_weight * idf_one(points))
+
+
+def sigmoid(x: float) -> float:
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    exp = math.exp(x)
+    return exp / (1.0 + exp)
+
+
+def relevance(dense: float, bm25_normed: float, model: RelevanceModel) -> float:
+    """Calibrated relevance in (0, 1) from cosine similarity and normalised BM25."""
+    return sigmoid(model.bias + model.dense * dense + model.bm25 * bm25_normed)
+
+
+def max_boost(config: RecencyConfig) -> float:
+    """The largest recency boost any memory type can get (1 + the largest amplitude)."""
+    curves = (config.episodic, config.semantic, config.procedural)
+    return 1.0 + max((c.amplitude for c in curves if c.half_life_days > 0), default=0.0)
+
+
+def boosted(base: float, boost: float, config: RecencyConfig) -> float:
+    """``base x boost`` normalised so a maximal boost on a certain match is 1."""
+    return min(1.0, base * boost / max_boost(config))
+
+
+def relevance_of(
+    memory_ids: Sequence[str],
+    dense_hits: Sequence[IndexHit],
+    bm25_hits: Sequence[IndexHit],
+    *,
+    query_weight: float,
+    points: int,
+    fetched: int,
+    model: RelevanceModel,
+) -> dict[str, tuple[float, tuple[float | None, float | None, float]]]:
+    """Relevance of each candidate and its evidence (cosine, raw BM25, normalised BM25).
+
+    Channels hold one hit per memory. A candidate one channel did not return gets that
+    channel's evidence imputed: BM25 0 (it matched no term, or too weakly to be fetched), the
+    cosine of the channel's last hit when the channel was cut at ``fetched`` (an upper bound),
+    else 0.
+    """
+    dense = {hit.memory_id: hit.score for hit in dense_hits}
+    bm25 = {hit.memory_id: hit.score for hit in bm25_hits}
+    dense_floor = min(dense.values()) if dense and len(dense) >= fetched else 0.0
+    out: dict[str, tuple[float, tuple[float | None, float | None, float]]] = {}
+    for memory_id in memory_ids:
+        cosine = dense.get(memory_id)
+        raw = bm25.get(memory_id)
+        normed = bm25_norm(raw or 0.0, query_weight, points)
+        value = relevance(dense_floor if cosine is None else cosine, normed, model)
+        out[memory_id] = (value, (cosine, raw, normed))
+    return out

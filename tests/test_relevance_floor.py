@@ -1,0 +1,223 @@
+"""Honest scores and the relevance floor, through a real MCP stdio client (issue 16, part 4).
+
+A realistic store of 20 mixed memories (written for this test, not tuned on): questions that
+nothing in it answers return no result and say so; questions with one right memory rank it
+first; every score is in [0, 1] and never rises down a page.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from tests.conftest import mcp_client, ok
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+MEMORIES: dict[str, dict[str, Any]] = {
+    "deploy": {
+        "type": "procedural",
+        "name": "deploy-api",
+        "content": "Deploy the api service to production",
+        "steps": [
+            "run the test suite with make test",
+            "build the container image with make image",
+            "push the image to the registry at registry.internal:5000",
+            "apply the helm chart with helm upgrade api charts/api",
+        ],
+    },
+    "rollback": {
+        "type": "procedural",
+        "name": "rollback-db-migration",
+        "content": "Roll back a failed Alembic database migration",
+        "steps": [
+            "find the previous revision with alembic history",
+            "run alembic downgrade to that revision",
+            "restart the api pods so they reconnect",
+        ],
+    },
+    "rotate": {
+        "type": "procedural",
+        "name": "rotate-tls-certificates",
+        "content": "Rotate the TLS certificates of the public load balancer before they expire",
+        "steps": ["issue new certificates with certbot", "upload them to the load balancer"],
+    },
+    "postgres": {
+        "type": "semantic",
+        "subject": "orders service",
+        "predicate": "uses",
+        "object": "PostgreSQL 15",
+    },
+    "python": {
+        "type": "semantic",
+        "subject": "billing service",
+        "predicate": "written_in",
+        "object": "Python 3.11 with FastAPI",
+    },
+    "owner": {
+        "type": "semantic",
+        "subject": "payments team",
+        "predicate": "led_by",
+        "object": "Priya Raman",
+    },
+    "ci": {
+        "type": "semantic",
+        "subject": "continuous integration",
+        "predicate": "runs_on",
+        "object": "GitHub Actions with self-hosted runners",
+    },
+    "style": {
+        "type": "semantic",
+        "subject": "user",
+        "predicate": "prefers",
+        "object": "short answers with code examples instead of long explanations",
+    },
+    "tabs": {
+        "type": "semantic",
+        "subject": "frontend repository",
+        "predicate": "formatter",
+        "object": "prettier with two-space indentation",
+    },
+    "timezone": {
+        "type": "semantic",
+        "subject": "user",
+        "predicate": "works_in_timezone",
+        "object": "Europe/Berlin (CET)",
+    },
+    "outage": {
+        "type": "episodic",
+        "content": "The checkout page returned 502 errors for 40 minutes on Tuesday because the "
+        "redis cache ran out of memory; we raised maxmemory to 4 GB",
+    },
+    "leak": {
+        "type": "episodic",
+        "content": "Found a memory leak in the image resizing worker: pillow images were never "
+        "closed; fixed by using a context manager",
+    },
+    "flaky": {
+        "type": "episodic",
+        "content": "The integration test test_refund_flow is flaky because it depends on the "
+        "wall clock; marked it with freezegun",
+    },
+    "upgrade": {
+        "type": "episodic",
+        "content": "Upgraded React from 17 to 18 in the dashboard; the only breakage was the "
+        "removed ReactDOM.render call",
+    },
+    "decision": {
+        "type": "episodic",
+        "content": "We decided to use Kafka instead of RabbitMQ for the event bus because we "
+        "need replay of old events",
+    },
+    "meeting": {
+        "type": "episodic",
+        "content": "Sprint planning: the team committed to finishing the invoice PDF export "
+        "and the dark mode toggle",
+    },
+    "slow": {
+        "type": "episodic",
+        "content": "The search endpoint was slow because of a missing index on "
+        "products.category_id; adding the index cut p95 from 2 s to 80 ms",
+    },
+    "vpn": {
+        "type": "episodic",
+        "content": "The office VPN stopped working after the router firmware update; "
+        "downgrading the firmware fixed it",
+    },
+    "onboard": {
+        "type": "episodic",
+        "content": "Onboarded Marco to the mobile team; he starts on the iOS app push "
+        "notifications",
+    },
+    "cost": {
+        "type": "episodic",
+        "content": "The AWS bill rose 30% in March because of unused EBS snapshots; deleted "
+        "them and added a lifecycle policy",
+    },
+}
+
+ANSWERED = {
+    "How do I deploy the api to production?": "deploy",
+    "How can I undo a broken database migration?": "rollback",
+    "Which database does the orders service use?": "postgres",
+    "What language is the billing service written in?": "python",
+    "Who leads the payments team?": "owner",
+    "Where do our CI jobs run?": "ci",
+    "How does the user like answers to be written?": "style",
+    "Why did checkout fail with 502 errors?": "outage",
+    "Why was the image resizing worker using so much memory?": "leak",
+    "Why did we pick Kafka for the event bus?": "decision",
+    "What made the search endpoint slow?": "slow",
+    "Why did our cloud costs go up in March?": "cost",
+}
+
+UNANSWERED = [
+    "How is the bazel remote build cache configured?",
+    "What is the recipe for sourdough bread?",
+    "Which GPU model trains the recommendation model?",
+    "What is the Wi-Fi password of the guest network?",
+    "When is the next company offsite in Lisbon?",
+    "How do we shard the Elasticsearch cluster?",
+]
+
+
+async def test_scores_are_relevance_and_the_floor_drops_what_nothing_answers(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    async with mcp_client(tmp_path / "d", models_dir) as client:
+        ids: dict[str, str] = {}
+        for key, memory in MEMORIES.items():
+            stored = await ok(client, "store", memory)
+            ids[key] = stored["id"]
+        key_of = {v: k for k, v in ids.items()}
+
+        empty = 0
+        answered_anyway = []
+        for question in UNANSWERED:
+            answer = await ok(client, "recall", {"query": question, "limit": 5})
+            got = [(key_of.get(r["id"]), r["score"]) for r in answer["results"]]
+            if not answer["results"]:
+                empty += 1
+                assert answer["count"] == 0
+                assert "min_score" in answer["no_results"], answer
+            else:
+                answered_anyway.append((question, got))
+                # What passes the floor is one weak partial match, never a page.
+                assert len(got) == 1 and got[0][1] < 0.5, (question, got)
+        # Known miss at the default floor (0.1, chosen on LoCoMo / SciFact dev, docs/recall.md):
+        # "bazel remote build cache" shares "cache" with the redis outage (relevance 0.38).
+        assert empty >= 5, answered_anyway
+
+        first = 0
+        misses = []
+        for question, key in ANSWERED.items():
+            answer = await ok(client, "recall", {"query": question, "limit": 5})
+            results = answer["results"]
+            scores = [r["score"] for r in results]
+            assert all(0.0 <= s <= 1.0 for s in scores), scores
+            assert scores == sorted(scores, reverse=True), scores
+            if results and results[0]["id"] == ids[key]:
+                first += 1
+            else:
+                misses.append((question, [(key_of.get(r["id"]), r["score"]) for r in results]))
+        assert first >= 11, misses
+
+        # explain shows the evidence the score comes from, and the score never exceeds it.
+        answer = await ok(
+            client, "recall", {"query": "Who leads the payments team?", "explain": True}
+        )
+        top = answer["results"][0]
+        assert top["id"] == ids["owner"]
+        explain = top["explain"]
+        assert 0.0 < explain["relevance"] <= 1.0
+        assert explain["cosine"] is not None and explain["bm25_norm"] > 0
+        assert top["score"] <= explain["relevance"] + 1e-9
+        await anyio.sleep(0)
