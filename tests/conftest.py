@@ -125,6 +125,9 @@ def server_params(
         "FERREX_MODELS_DIR": str(models_dir),
         "FERREX_OFFLINE": "1",
         "FERREX_LOG": "warning",
+        # Full pages, as before the relevance floor (see make_settings); the floor's own test
+        # passes the default explicitly.
+        "FERREX_RETRIEVAL__MIN_SCORE": "0",
     }
     environment.update(env)
     arguments = list(args)

@@ -99,8 +99,9 @@ def test_equal_fused_scores_are_ordered_by_memory_id(
     make_service: ServiceFactory, tmp_path: Path
 ) -> None:
     """Two memories that tie exactly in RRF (one wins the dense channel, the other BM25) come
-    back in id order, whichever of them was stored first."""
-    service = make_service(tmp_path / "ties", clock=lambda: NOW)
+    back in id order, whichever of them was stored first (RRF ordering, retrieval.fusion =
+    "rrf"; the default orders by relevance, which these two do not tie on)."""
+    service = make_service(tmp_path / "ties", clock=lambda: NOW, **{"retrieval.fusion": "rrf"})
     query = "backup of the invoices"
     dense_winner = "Nightly copies of all billing records are archived, including invoices"
     bm25_winner = "backup backup backup: the garden shed key is kept under the backup flower pot"

@@ -14,6 +14,8 @@ import anyio
 import pytest
 from tests.conftest import mcp_client, ok
 
+from ferrex.config import RetrievalConfig
+
 pytestmark = pytest.mark.anyio
 
 
@@ -172,7 +174,10 @@ UNANSWERED = [
 async def test_scores_are_relevance_and_the_floor_drops_what_nothing_answers(
     tmp_path: Path, models_dir: Path
 ) -> None:
-    async with mcp_client(tmp_path / "d", models_dir) as client:
+    default_floor = str(RetrievalConfig().min_score)
+    async with mcp_client(
+        tmp_path / "d", models_dir, FERREX_RETRIEVAL__MIN_SCORE=default_floor
+    ) as client:
         ids: dict[str, str] = {}
         for key, memory in MEMORIES.items():
             stored = await ok(client, "store", memory)
