@@ -76,7 +76,7 @@ def _split(text: str) -> list[str]:
 
 
 def ask(service: Any, arguments: dict[str, Any]) -> list[tuple[str, float, dict[str, Any]]]:
-    response = service.recall({**arguments, "explain": True, "include_stale": True})
+    response = rb.invoke(service, "recall", {**arguments, "explain": True, "include_stale": True})
     return [(r["id"], r["explain"]["base_score"], r["explain"]) for r in response["results"]]
 
 
