@@ -229,3 +229,21 @@ class StatsDetailed(StatsBrief):
     index_background: dict[str, Any] | None = None
     cache: dict[str, Any] = field(default_factory=dict)
     journal_backlog: int = 0
+
+
+@dataclass(frozen=True)
+class MemoryView:
+    """One memory as it is (the ``ferrex://memory/{id}`` resource)."""
+
+    memory: Memory
+    freshness: Freshness
+    effective_confidence: float | None  # facts only
+
+
+@dataclass(frozen=True)
+class NamespaceCounts:
+    """A namespace and its memories by type (the ``ferrex://namespaces`` resource)."""
+
+    name: str
+    total: int
+    by_type: dict[str, int]

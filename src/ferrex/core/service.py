@@ -22,6 +22,7 @@ from ferrex.core.entities import EntityResolver
 from ferrex.core.errors import FerrexError
 from ferrex.core.forget import Forget
 from ferrex.core.ingest import Store
+from ferrex.core.lookup import Lookup
 from ferrex.core.pins import (  # noqa: F401  (re-exported: operator commands read the pins)
     PIN_DIMENSION,
     PIN_NAME,
@@ -51,6 +52,8 @@ from ferrex.core.requests import (
 )
 from ferrex.core.results import (
     ForgetResult,
+    MemoryView,
+    NamespaceCounts,
     RecallResult,
     ReflectReport,
     StatsBrief,
@@ -109,6 +112,7 @@ class MemoryService:
         self.forgetting = Forget(deps, self.upkeep)
         self.reflecting = Reflect(deps)
         self.statistics = Stats(deps, self.upkeep, self.readiness)
+        self.looking = Lookup(deps)
         self._closed = False
 
     # ------------------------------------------------------------------ what operators use
@@ -237,3 +241,11 @@ class MemoryService:
 
     def stats(self, request: StatsRequest) -> StatsBrief | StatsDetailed:
         return self.statistics.run(request)
+
+    # ------------------------------------------------------------------ the resources
+
+    def memory(self, memory_id: str) -> MemoryView:
+        return self.looking.memory(memory_id)
+
+    def namespaces(self) -> list[NamespaceCounts]:
+        return self.looking.namespaces()

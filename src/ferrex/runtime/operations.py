@@ -9,12 +9,11 @@ import structlog
 from ferrex.config import Settings
 from ferrex.core import errors
 from ferrex.core.errors import FerrexError
-from ferrex.core.lookup import memory_view, namespace_counts
 from ferrex.core.maintenance import doctor, export_lines, import_records, rebuild
 from ferrex.core.service import MemoryService
 from ferrex.embed.models import EMBEDDING_TIERS
 from ferrex.server.calls import TOOL_OPS, run_tool
-from ferrex.server.resources import present_memory, present_namespaces
+from ferrex.server.presenter import present_memory, present_namespaces
 
 log = structlog.get_logger("ferrex.engine")
 
@@ -116,11 +115,8 @@ def dispatch(service: MemoryService, op: str, arguments: dict[str, Any]) -> Any:
     if op == "rebuild":
         return rebuild(service)
     if op == "memory":
-        view = memory_view(
-            service.meta, str(arguments.get("id", "")), service.now(), service.settings.staleness
-        )
-        return present_memory(view)
+        return present_memory(service.memory(str(arguments.get("id", ""))))
     if op == "namespaces":
         default = arguments.get("namespace") or service.settings.namespace
-        return present_namespaces(namespace_counts(service.meta), str(default))
+        return present_namespaces(service.namespaces(), str(default))
     raise FerrexError(errors.UNKNOWN_TOOL, f"unknown operation '{op[:40]}'")

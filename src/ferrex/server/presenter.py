@@ -13,6 +13,8 @@ from ferrex.core.errors import FerrexError
 from ferrex.core.memory import Memory, MemoryType
 from ferrex.core.results import (
     ForgetResult,
+    MemoryView,
+    NamespaceCounts,
     Outcome,
     PossibleAlias,
     RecallHit,
@@ -413,6 +415,43 @@ def present_stats(result: StatsBrief | StatsDetailed) -> dict[str, Any]:
     if result.warnings:
         detailed["warnings"] = result.warnings
     return detailed
+
+
+# ---------------------------------------------------------------------- resources
+
+
+def present_memory(view: MemoryView) -> dict[str, Any]:
+    """One memory as ``ferrex://memory/{id}`` shows it: recall's fields, without a score."""
+    memory = view.memory
+    item = _memory_fields(memory)
+    if memory.type is MemoryType.SEMANTIC:
+        if view.effective_confidence is not None:
+            item["effective_confidence"] = round(view.effective_confidence, 3)
+        item["t_valid"] = to_iso(memory.t_valid) if memory.t_valid else None
+        if memory.multi_valued:
+            item["multi_valued"] = True
+    if memory.t_invalid is not None:
+        item["t_invalid"] = to_iso(memory.t_invalid)
+        item["superseded_by"] = memory.superseded_by
+    item["namespace"] = memory.namespace
+    item["entities"] = memory.entities
+    item["created_at"] = to_iso(memory.created_at)
+    item["freshness"] = view.freshness.to_dict()
+    if memory.source:
+        item["source"] = memory.source
+    if memory.context:
+        item["context"] = memory.context
+    if memory.pinned:
+        item["pinned"] = True
+    return item
+
+
+def present_namespaces(counts: list[NamespaceCounts], default: str) -> dict[str, Any]:
+    """``ferrex://namespaces``: every namespace and its counts, and this process's default."""
+    return {
+        "namespaces": [{"name": c.name, "total": c.total, "by_type": c.by_type} for c in counts],
+        "default": default,
+    }
 
 
 def present(tool: str, result: Any) -> dict[str, Any]:

@@ -19,10 +19,7 @@ from typing import Any
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
-from ferrex.core.clock import to_iso
 from ferrex.core.errors import FerrexError
-from ferrex.core.lookup import MemoryView, NamespaceCounts
-from ferrex.core.memory import MemoryType
 
 STATS_URI = "ferrex://stats"
 NAMESPACES_URI = "ferrex://namespaces"
@@ -157,55 +154,3 @@ def resource_error(uri: str, error: FerrexError) -> MCPError:
     """A refusal (an unknown memory id, a store that cannot open) as a JSON-RPC error."""
     code = RESOURCE_NOT_FOUND if error.code in ("not_found", "invalid_params") else -32603
     return MCPError(code, f"{error.code}: {error.message}", {"uri": uri, "code": error.code})
-
-
-# --------------------------------------------------------------------------- presenting
-
-
-def present_memory(view: MemoryView) -> dict[str, Any]:
-    """One memory as the ``ferrex://memory/{id}`` resource shows it (recall's fields, no score)."""
-    memory = view.memory
-    item: dict[str, Any] = {"id": memory.id, "type": memory.type.value}
-    if memory.type is MemoryType.SEMANTIC:
-        item["content"] = memory.display_text()
-        item.update(subject=memory.subject, predicate=memory.predicate, object=memory.object)
-        item["confidence"] = memory.confidence
-        if view.effective_confidence is not None:
-            item["effective_confidence"] = round(view.effective_confidence, 3)
-        item["t_valid"] = to_iso(memory.t_valid) if memory.t_valid else None
-        if memory.multi_valued:
-            item["multi_valued"] = True
-    elif memory.type is MemoryType.PROCEDURAL:
-        if memory.name:
-            item["name"] = memory.name
-        item["content"] = memory.content
-        if memory.conditions:
-            item["conditions"] = memory.conditions
-        if memory.steps:
-            item["steps"] = memory.steps
-        if memory.version is not None:
-            item["version"] = memory.version
-    else:
-        item["content"] = memory.content
-        item["timestamp"] = to_iso(memory.event_time)
-    if memory.t_invalid is not None:
-        item["t_invalid"] = to_iso(memory.t_invalid)
-        item["superseded_by"] = memory.superseded_by
-    item["namespace"] = memory.namespace
-    item["entities"] = memory.entities
-    item["created_at"] = to_iso(memory.created_at)
-    item["freshness"] = view.freshness.to_dict()
-    if memory.source:
-        item["source"] = memory.source
-    if memory.context:
-        item["context"] = memory.context
-    if memory.pinned:
-        item["pinned"] = True
-    return item
-
-
-def present_namespaces(counts: list[NamespaceCounts], default: str) -> dict[str, Any]:
-    return {
-        "namespaces": [{"name": c.name, "total": c.total, "by_type": c.by_type} for c in counts],
-        "default": default,
-    }
