@@ -417,16 +417,19 @@ def test_doctor_names_the_mode_and_why(tmp_path: Path, models_dir: Path) -> None
     data_dir = tmp_path / "data"
     env = ferrex_env(data_dir, models_dir, tmp_path / "missing-qdrant")
     env.pop("FERREX_QDRANT_BIN")
+    created = subprocess.run(
+        [ferrex_command(), "init"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert created.returncode == 0, created.stderr
     done = subprocess.run(
         [ferrex_command(), "doctor", "--json"], env=env, capture_output=True, text=True, timeout=120
     )
     report = json.loads(done.stdout)
-    assert report["index_mode"]["mode"] == "embedded"
-    assert "no qdrant binary found" in report["index_mode"]["reason"]
+    assert report["index_mode"]["mode"] == "embedded", report
+    assert report["index_mode"]["reason"] == "this store's index is in the embedded engine"
     text = subprocess.run(
         [ferrex_command(), "doctor"], env=env, capture_output=True, text=True, timeout=120
     ).stdout
-    # The first doctor pinned the model: now it is an existing embedded store.
     assert "vector index mode: embedded (this store's index is in the embedded engine)" in text
 
 
