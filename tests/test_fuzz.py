@@ -18,6 +18,7 @@ negative and huge numbers, unknown keys, bad timestamps, bad namespaces, nested 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sqlite3
 import string
@@ -426,6 +427,9 @@ class Fuzzer:
         self.calls[tool] += 1
         result = self.raw_call(tool, arguments)
         payload = result.structured_content
+        if result.is_error:  # an error's code and message are in its text, as every client reads
+            assert payload is None, result
+            payload = json.loads(result.content[0].text)  # type: ignore[union-attr]
         assert isinstance(payload, dict), result
         after = sqlite_digest(self.db_path)
         if not result.is_error:
@@ -555,7 +559,8 @@ def test_thousands_of_generated_calls_never_crash_leak_or_change_state_when_reje
             assert not final.is_error
             unknown = fuzzer.raw_call("remember", {"content": "x"})
             assert unknown.is_error
-            check_error(unknown.structured_content or {}, data_dir)
+            assert unknown.structured_content is None
+            check_error(json.loads(unknown.content[0].text), data_dir)  # type: ignore[union-attr]
     total = sum(fuzzer.calls.values())
     print(
         f"\nfuzz: {total} calls {dict(fuzzer.calls)}, rejected {dict(fuzzer.rejected)}, "

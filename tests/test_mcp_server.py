@@ -514,7 +514,8 @@ def test_a_model_path_that_cannot_load_is_model_unavailable_without_paths_or_tra
     for number in (2, 3):
         result = replies[number]["result"]
         assert result["isError"] is True
-        error = result["structuredContent"]["error"]
+        assert "structuredContent" not in result  # the error is in the text every client reads
+        error = json.loads(result["content"][0]["text"])["error"]
         assert error["code"] == "model_unavailable", error
         assert "--model-path" in error["message"] and "model.onnx" in error["message"]
         assert str(tmp_path) not in json.dumps(result)

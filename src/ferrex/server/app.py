@@ -1,8 +1,8 @@
 """The MCP server: five tools over stdio, a thin layer over the engine backend.
 
 ``initialize`` and ``tools/list`` answer at once; the store opens in the background and the
-embedding model loads lazily. Errors are tool results with ``isError`` and a structured
-``{"error": {"code", "message"}}``; nothing internal (stack traces, paths) reaches the agent.
+embedding model loads lazily. Errors are tool results with ``isError`` whose text is
+``{"error": {"code", "message", ...}}``; nothing internal (stack traces, paths) reaches the agent.
 """
 
 from __future__ import annotations
@@ -40,13 +40,13 @@ def tool_result(payload: dict[str, Any]) -> types.CallToolResult:
 
 
 def tool_error(error: FerrexError) -> types.CallToolResult:
+    """``isError`` with the stable code, the message and the fields to act on (``existing_id``,
+    ``field``, ...) as JSON text, and no structured content: every client reads text, and the
+    TypeScript SDK checks structured content against the tool's output schema even on errors
+    (an error object there would replace the agent's error with a schema mismatch)."""
     payload = {"error": error.to_dict()}
-    text = json.dumps(payload, ensure_ascii=False, default=str)
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=text)],
-        structured_content=payload,
-        is_error=True,
-    )
+    text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), default=str)
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
 
 
 class FerrexMcp:
