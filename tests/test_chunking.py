@@ -206,7 +206,7 @@ def test_long_semantic_object_is_one_point(
         "store",
         {"subject": "api-server", "predicate": "description", "object": long_object},
     )
-    assert "chunks" not in stored
+    assert service.meta.get_memory(stored["id"]).chunk_count == 1
     assert service.index.points_by_memory()[stored["id"]] == [point_id(stored["id"], 0)]
 
 
@@ -217,7 +217,6 @@ def test_long_procedure_has_one_point_per_step(
     stored = invoke(
         service, "store", {"type": "procedural", "name": "rotate-subsystems", "steps": steps}
     )
-    assert stored["chunks"] == len(steps)
     memory_id = stored["id"]
     points = service.index.points_by_memory()
     assert sorted(points[memory_id]) == sorted(point_id(memory_id, i) for i in range(len(steps)))
@@ -284,7 +283,7 @@ def test_chunked_procedure_is_found_by_its_conditions(service: MemoryService) ->
 def test_long_procedure_from_content_splits_on_its_lines(service: MemoryService) -> None:
     content = "\n".join(f"{i}. {s}" for i, s in enumerate(long_steps(), 1))
     stored = invoke(service, "store", {"type": "procedural", "content": content})
-    assert stored["chunks"] == len(SUBSYSTEMS)
+    assert service.meta.get_memory(stored["id"]).chunk_count == len(SUBSYSTEMS)
     assert len(service.index.points_by_memory()[stored["id"]]) == len(SUBSYSTEMS)
 
 
@@ -299,7 +298,7 @@ def test_recall_returns_a_chunked_procedure_once_and_whole(service: MemoryServic
     )
     matching = [r for r in results["results"] if r["id"] == stored["id"]]
     assert len(matching) == 1
-    assert matching[0]["steps"] == steps
+    assert service.meta.get_memory(matching[0]["id"]).steps == steps
     assert all(step in matching[0]["content"] for step in steps)
 
 

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from rapidfuzz import fuzz
 from tests.conftest import ServiceFactory
+from tests.support.typed import stored
 
 from ferrex.core.clock import to_iso
 from ferrex.core.conflict import (
@@ -381,11 +382,11 @@ def test_a_look_alike_predicate_is_another_relation_not_a_supersede(
 ) -> None:
     service, _ = clocked
     old = invoke(service, "store", fact("web-app", *first))
-    new = invoke(service, "store", fact("web-app", *second))
-    assert new["status"] == "stored", new
-    assert new["predicate"]["resolved_by"] in {"new", "synonym"}
+    new = stored(service, fact("web-app", *second))
+    assert new.status == "stored", new
+    assert new.predicate_resolved_by in {"new", "synonym"}
     rows = semantic_rows(service)
-    assert rows[old["id"]].t_invalid is None and rows[new["id"]].t_invalid is None
+    assert rows[old["id"]].t_invalid is None and rows[new.id].t_invalid is None
 
 
 def test_a_near_duplicate_under_another_predicate_is_refused_with_its_id(
@@ -587,14 +588,12 @@ def test_duplicate_keeps_higher_confidence_and_bumps_last_validated(
     original = invoke(service, "store", fact("api-server", "uses", "tokio 1.38", confidence=0.6))
     count = service.meta.count_memories()
     clock.now = T0 + timedelta(days=2)
-    higher = invoke(
-        service, "store", fact("api-server", "depends_on", " Tokio 1.38", confidence=0.9)
-    )
-    assert higher["status"] == "duplicate" and higher["duplicate_of"] == original["id"]
-    assert higher["id"] == original["id"] and higher["confidence"] == 0.9
+    higher = stored(service, fact("api-server", "depends_on", " Tokio 1.38", confidence=0.9))
+    assert higher.status == "duplicate" and higher.duplicate_of == original["id"]
+    assert higher.id == original["id"] and higher.confidence == 0.9
     clock.now = T0 + timedelta(days=5)
-    lower = invoke(service, "store", fact("api-server", "uses", "tokio 1.38", confidence=0.3))
-    assert lower["status"] == "duplicate" and lower["confidence"] == 0.9
+    lower = stored(service, fact("api-server", "uses", "tokio 1.38", confidence=0.3))
+    assert lower.status == "duplicate" and lower.confidence == 0.9
     row = service.meta.get_memory(original["id"])
     assert row.confidence == 0.9 and row.last_validated == T0 + timedelta(days=5)
     assert service.meta.count_memories() == count
@@ -607,14 +606,14 @@ def test_middle_ground_objects_are_decided_by_embedding(
 ) -> None:
     service, _ = clocked
     proxy = invoke(service, "store", fact("edge", "runs", MIDDLE_SAME[0]))
-    again = invoke(service, "store", fact("edge", "runs", MIDDLE_SAME[1]))
-    assert again["status"] == "duplicate" and again["similarity"]["method"] == "embedding"
-    assert again["duplicate_of"] == proxy["id"]
+    again = stored(service, fact("edge", "runs", MIDDLE_SAME[1]))
+    assert again.status == "duplicate" and again.similarity_method == "embedding"
+    assert again.duplicate_of == proxy["id"]
     runtime = invoke(service, "store", fact("worker", "runs", MIDDLE_DIFFERENT[0]))
-    other = invoke(service, "store", fact("worker", "runs", MIDDLE_DIFFERENT[1]))
-    assert other["status"] == "superseded" and other["superseded"] == [runtime["id"]]
-    assert other["similarity"]["method"] == "embedding"
-    assert other["similarity"]["score"] < 0.95
+    other = stored(service, fact("worker", "runs", MIDDLE_DIFFERENT[1]))
+    assert other.status == "superseded" and other.superseded == [runtime["id"]]
+    assert other.similarity_method == "embedding"
+    assert other.similarity is not None and other.similarity < 0.95
 
 
 # --------------------------------------------------------------------------- service: multi-valued
@@ -628,9 +627,11 @@ def test_configured_multi_valued_predicate_keeps_every_value(make_service: Servi
     assert bob["also_current"] == [alice["id"]]
     rows = semantic_rows(service)
     assert all(m.t_invalid is None and m.multi_valued for m in rows.values())
-    results = invoke(service, "recall", {"query": "api-server contributor", "limit": 10})["results"]
+    results = invoke(
+        service, "recall", {"query": "api-server contributor", "limit": 10, "explain": True}
+    )["results"]
     assert {r["id"] for r in results} == {alice["id"], bob["id"]}
-    assert all(r["multi_valued"] and "contradiction" not in r for r in results)
+    assert all(r["explain"]["multi_valued"] and "contradiction" not in r for r in results)
     assert invoke(service, "reflect", {})["contradictions"] == []
     [entry] = audit(service, "multi_valued")
     assert entry["memory_id"] == bob["id"] and entry["detail"]["also_current"] == [alice["id"]]
@@ -709,15 +710,17 @@ def test_both_sides_of_a_contradiction_are_returned_even_past_the_limit(
     weak = invoke(service, "store", fact("api-server", "uses", "tokio 1.40", confidence=0.5))
     invoke(service, "store", {"content": "unrelated note about the office coffee machine"})
     answer = invoke(
-        service, "recall", {"query": "api-server tokio", "limit": 1, "types": ["semantic"]}
+        service,
+        "recall",
+        {"query": "api-server tokio", "limit": 1, "types": ["semantic"], "explain": True},
     )
     first, second = answer["results"]
     other = weak["id"] if first["id"] == strong["id"] else strong["id"]
     assert first["contradiction"] is True and first["contradicts"] == [other]
-    assert second["id"] == other and second["included_as"] == "contradiction"
+    assert second["id"] == other and second["explain"]["included_as"] == "contradiction"
     assert second["contradiction"] is True and second["contradicts"] == [first["id"]]
-    assert second["content"] == f"api-server uses {second['object']}"
-    assert answer["count"] == 2
+    assert second["content"] == f"api-server uses {second['explain']['object']}"
+    assert len(answer["results"]) == 2
     # Under a token budget the page stays as cut; the flag still names the other fact.
     budgeted = invoke(
         service,
@@ -828,10 +831,12 @@ def test_entities_named_with_a_duplicate_fact_join_the_kept_fact(
     assert [r["id"] for r in invoke(service, "recall", {"query": "api-server"})["results"]] == [
         kept["id"]
     ]
-    found = invoke(service, "recall", {"query": "api-server", "entities": ["async runtime"]})[
-        "results"
-    ]
+    found = invoke(
+        service,
+        "recall",
+        {"query": "api-server", "entities": ["async runtime"], "explain": True},
+    )["results"]
     assert [r["id"] for r in found] == [kept["id"]]
-    assert sorted(found[0]["entities"]) == ["api-server", "async runtime", "tokio"]
+    assert sorted(found[0]["explain"]["entities"]) == ["api-server", "async runtime", "tokio"]
     entity_ids = [e["id"] for e in service.meta.entities_of_namespace("default")]
     assert len(entity_ids) == 3 and service.meta.orphan_entities(entity_ids) == []

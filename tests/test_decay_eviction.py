@@ -269,9 +269,13 @@ def test_a_store_never_evicts_what_it_just_wrote(make_service: ServiceFactory) -
     assert service.meta.memory_exists(answer["id"])
     assert service.meta.memory_exists(pinned["id"])
     assert (
-        invoke(
-            service, "recall", {"query": "test rig", "namespace": "scratch", "include_stale": True}
-        )["count"]
+        len(
+            invoke(
+                service,
+                "recall",
+                {"query": "test rig", "namespace": "scratch", "include_stale": True},
+            )["results"]
+        )
         == 1
     )
     # The next store may evict it (it is stale and over budget), but not itself.
@@ -367,7 +371,7 @@ def test_an_old_event_recorded_today_is_fresh_recalled_and_kept(
     assert found["stale_held_back"] == 0
     [result] = found["results"]
     assert result["id"] == answer["id"] and result["timestamp"] == event
-    assert result["age_days"] == 0 and result["freshness"]["staleness"] == "fresh"
+    assert result["freshness"]["age_days"] == 0 and result["freshness"]["staleness"] == "fresh"
     assert service.enforce_budget() == 0
     assert service.meta.memory_exists(answer["id"])
     assert invoke(service, "stats", {})["needs_attention"]["stale_count"] == 0

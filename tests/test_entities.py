@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from rapidfuzz.distance import JaroWinkler
+from tests.support.typed import stored
 
 from ferrex.core.entities import EntityResolver, normalize_entity
 from ferrex.core.names import numbers_differ
@@ -155,22 +156,20 @@ def test_a_look_alike_subject_does_not_supersede_another_subjects_fact(
     service: MemoryService,
 ) -> None:
     """The over-merge failure in full: service-b's version must not invalidate service-a's."""
-    first = invoke(
+    first = stored(
         service,
-        "store",
         {"subject": "service-a", "predicate": "version", "object": "stable channel 4"},
     )
-    second = invoke(
+    second = stored(
         service,
-        "store",
         {"subject": "service-b", "predicate": "version", "object": "beta channel 4"},
     )
-    assert second["status"] == "stored", second
-    assert second["entities"][0]["entity_id"] != first["entities"][0]["entity_id"]
+    assert second.status == "stored", second
+    assert second.entities[0].entity_id != first.entities[0].entity_id
     current = invoke(
         service, "recall", {"query": "version channel", "types": ["semantic"], "limit": 10}
     )
-    assert {first["id"], second["id"]} <= {r["id"] for r in current["results"]}
+    assert {first.id, second.id} <= {r["id"] for r in current["results"]}
 
 
 @pytest.mark.parametrize(
@@ -182,16 +181,12 @@ def test_a_swapped_word_never_merges_through_the_embedding_stage(
     """The embeddings of these pairs are above the 0.92 merge threshold, but one word is kept and
     the other swapped: two things, so a fact about one never supersedes the other's."""
     assert cosine(embedder, first, second) > 0.92
-    a = invoke(
-        service, "store", {"subject": first, "predicate": "max size", "object": "100 messages"}
-    )
-    b = invoke(
-        service, "store", {"subject": second, "predicate": "max size", "object": "5000 messages"}
-    )
-    assert b["status"] == "stored", b
-    assert b["entities"][0]["resolved_by"] == "new"
+    a = stored(service, {"subject": first, "predicate": "max size", "object": "100 messages"})
+    b = stored(service, {"subject": second, "predicate": "max size", "object": "5000 messages"})
+    assert b.status == "stored", b
+    assert b.entities[0].resolved_by == "new"
     filtered = invoke(service, "recall", {"query": "max size", "entities": [first], "limit": 10})
-    assert [r["id"] for r in filtered["results"]] == [a["id"]]
+    assert [r["id"] for r in filtered["results"]] == [a.id]
 
 
 def test_fuzzy_stage_also_matches_known_aliases(
@@ -292,47 +287,46 @@ def test_lookup_without_create_writes_nothing(
 
 
 def test_store_merges_variants_and_recall_filters_through_aliases(service: MemoryService) -> None:
-    capital = invoke(
+    capital = stored(
         service,
-        "store",
         {"content": "switched the connection pool to a Tokio semaphore", "entities": ["Tokio"]},
     )
-    runtime = invoke(
+    runtime = stored(
         service,
-        "store",
         {"content": "upgraded the async executor for the api", "entities": ["tokio runtime"]},
     )
     invoke(service, "store", {"content": "tokio mentioned but not tagged with the entity at all"})
-    assert capital["entities"][0]["resolved_by"] == "new"
-    assert runtime["entities"][0]["resolved_by"] == "fuzzy"
-    assert runtime["entities"][0]["entity_id"] == capital["entities"][0]["entity_id"]
-    expected = {capital["id"], runtime["id"]}
+    assert capital.entities[0].resolved_by == "new"
+    assert runtime.entities[0].resolved_by == "fuzzy"
+    assert runtime.entities[0].entity_id == capital.entities[0].entity_id
+    expected = {capital.id, runtime.id}
     for name in ("tokio", "Tokio", "TOKIO runtime", " tokio_runtime "):
         found = invoke(service, "recall", {"query": "tokio", "entities": [name], "limit": 10})
         assert memory_ids(found) == expected, name
     result = next(
         r
-        for r in invoke(service, "recall", {"query": "executor", "entities": ["tokio"]})["results"]
-        if r["id"] == runtime["id"]
+        for r in invoke(
+            service, "recall", {"query": "executor", "entities": ["tokio"], "explain": True}
+        )["results"]
+        if r["id"] == runtime.id
     )
-    assert result["entities"] == ["Tokio"]  # the canonical display name
+    assert result["explain"]["entities"] == ["Tokio"]  # the canonical display name
 
 
 def test_embedding_alias_through_the_service(service: MemoryService) -> None:
     first, second = EMBEDDING_PAIR
-    a = invoke(
+    a = stored(
         service,
-        "store",
         {"content": "the deployment pipeline runs on every merge", "entities": [first]},
     )
-    b = invoke(service, "store", {"content": "nightly job rebuilds caches", "entities": [second]})
-    assert b["entities"][0] == {
-        "name": second,
-        "entity_id": a["entities"][0]["entity_id"],
-        "resolved_by": "embedding",
-    }
+    b = stored(service, {"content": "nightly job rebuilds caches", "entities": [second]})
+    assert (b.entities[0].name, b.entities[0].entity_id, b.entities[0].resolved_by) == (
+        second,
+        a.entities[0].entity_id,
+        "embedding",
+    )
     found = invoke(service, "recall", {"query": "pipeline", "entities": [second], "limit": 10})
-    assert memory_ids(found) == {a["id"], b["id"]}
+    assert memory_ids(found) == {a.id, b.id}
 
 
 def test_alias_candidates_surface_in_reflect(service: MemoryService) -> None:
@@ -340,12 +334,11 @@ def test_alias_candidates_surface_in_reflect(service: MemoryService) -> None:
     invoke(
         service, "store", {"content": "the car needs new tyres before winter", "entities": [first]}
     )
-    b = invoke(
+    b = stored(
         service,
-        "store",
         {"content": "the automobile insurance renews in May", "entities": [second]},
     )
-    assert b["entities"][0]["resolved_by"] == "new"
+    assert b.entities[0].resolved_by == "new"
     candidates = invoke(service, "reflect", {})["alias_candidates"]
     assert [(c["name"], c["entity"]) for c in candidates] == [(second, first)]
     assert 0.80 <= candidates[0]["score"] <= 0.92
@@ -353,16 +346,12 @@ def test_alias_candidates_surface_in_reflect(service: MemoryService) -> None:
     found = invoke(
         service, "recall", {"query": "insurance tyres", "entities": [second], "limit": 10}
     )
-    assert memory_ids(found) == {b["id"]}
+    assert memory_ids(found) == {b.id}
 
 
 def test_entity_rows_are_per_namespace(service: MemoryService) -> None:
-    a = invoke(
-        service, "store", {"content": "tokio in project a", "entities": ["tokio"], "namespace": "a"}
-    )
-    b = invoke(
-        service, "store", {"content": "tokio in project b", "entities": ["Tokio"], "namespace": "b"}
-    )
+    a = stored(service, {"content": "tokio in project a", "entities": ["tokio"], "namespace": "a"})
+    b = stored(service, {"content": "tokio in project b", "entities": ["Tokio"], "namespace": "b"})
     invoke(
         service,
         "store",
@@ -373,13 +362,13 @@ def test_entity_rows_are_per_namespace(service: MemoryService) -> None:
         "store",
         {"content": "postgresql alias in a", "entities": ["postgresql"], "namespace": "a"},
     )
-    assert a["entities"][0]["entity_id"] != b["entities"][0]["entity_id"]
-    assert b["entities"][0]["resolved_by"] == "new"
+    assert a.entities[0].entity_id != b.entities[0].entity_id
+    assert b.entities[0].resolved_by == "new"
     assert service.meta.count_entities("a") == 2
     assert service.meta.count_entities("b") == 1
     assert service.meta.entity_by_name("b", "postgresql") is None
     found = invoke(service, "recall", {"query": "tokio", "entities": ["tokio"], "namespace": "b"})
-    assert memory_ids(found) == {b["id"]}
+    assert memory_ids(found) == {b.id}
 
 
 def test_unknown_entity_filter_returns_nothing_and_creates_nothing(

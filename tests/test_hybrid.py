@@ -200,7 +200,7 @@ def test_time_range_filter(loaded: tuple[MemoryService, dict[str, str]]) -> None
 def test_limit_and_deterministic_order(loaded: tuple[MemoryService, dict[str, str]]) -> None:
     service, _ = loaded
     first = invoke(service, "recall", {"query": "api-server", "limit": 2})
-    assert first["count"] == 2 and len(first["results"]) == 2
+    assert len(first["results"]) == 2
     runs = [
         invoke(service, "recall", {"query": "api-server deadlock", "limit": 4}) for _ in range(5)
     ]

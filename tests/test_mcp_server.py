@@ -134,27 +134,28 @@ async def test_round_trip_for_each_memory_type(tmp_path: Path, models_dir: Path)
         )
         assert procedural["type"] == "procedural" and procedural["version"] == 1
 
-        found = await ok(
-            client, "recall", {"query": "how did we fix the connection pool deadlock?"}
-        )
+        question = {"query": "how did we fix the connection pool deadlock?"}
+        found = await ok(client, "recall", question)
         assert found["results"][0]["id"] == episodic["id"]
         first = found["results"][0]
         assert first["content"].startswith("user debugged a deadlock")
-        assert set(first) >= {
-            "id",
-            "type",
-            "content",
-            "score",
-            "age_days",
-            "entities",
-            "created_at",
-            "freshness",
+        # The design's shape, plus the event's own time (given at store, 3 days ago).
+        assert set(first) == {"id", "type", "content", "score", "freshness", "timestamp"}
+        assert first["timestamp"] == recent
+        explained = await ok(client, "recall", {**question, "explain": True})
+        details = explained["results"][0]["explain"]
+        assert details["entities"] == ["connection-pool", "tokio::sync::Semaphore", "api-server"]
+        assert details["context"] == {
+            "task": "bug-fix",
+            "project": "api-server",
+            "outcome": "success",
         }
-        assert first["entities"] == ["connection-pool", "tokio::sync::Semaphore", "api-server"]
 
-        facts = await ok(client, "recall", {"query": "api-server", "types": ["semantic"]})
+        facts = await ok(
+            client, "recall", {"query": "api-server", "types": ["semantic"], "explain": True}
+        )
         assert facts["results"][0]["id"] == semantic["id"]
-        assert facts["results"][0]["object"] == "tokio 1.38"
+        assert facts["results"][0]["explain"]["object"] == "tokio 1.38"
 
         anything = await ok(
             client, "recall", {"query": "the branch is main and the tests pass, how to ship?"}
@@ -166,10 +167,12 @@ async def test_round_trip_for_each_memory_type(tmp_path: Path, models_dir: Path)
             {
                 "query": "the branch is main and the tests pass, how to ship?",
                 "types": ["procedural"],
+                "explain": True,
             },
         )
         assert procedure["results"][0]["id"] == procedural["id"]
-        assert procedure["results"][0]["steps"] == [
+        assert procedure["results"][0]["version"] == 1
+        assert procedure["results"][0]["explain"]["steps"] == [
             "build release",
             "push to registry",
             "apply k8s manifest",

@@ -15,11 +15,13 @@ from typing import Any
 import pytest
 from rapidfuzz.distance import JaroWinkler
 from tests.conftest import ServiceFactory
+from tests.support.typed import stored
 
 from ferrex.config import Settings, load_settings
 from ferrex.core.predicates import PredicateNormalizer, normalize_predicate
 from ferrex.core.service import MemoryService
 from ferrex.server.calls import run_tool as invoke
+from ferrex.server.presenter import present_store
 
 DEFAULT_SYNONYMS = Settings().predicates.synonyms
 
@@ -206,9 +208,9 @@ def test_namespace_synonyms_extend_or_replace_the_map() -> None:
 
 def test_synonym_predicates_supersede_each_other(service: MemoryService) -> None:
     first = invoke(service, "store", fact("api-server", "uses", "tokio 1.36"))
-    second = invoke(service, "store", fact("api-server", "requires", "tokio 1.38"))
-    assert second["status"] == "superseded" and second["superseded"] == [first["id"]]
-    assert second["predicate"] == {"canonical": "depends_on", "resolved_by": "synonym"}
+    second = stored(service, fact("api-server", "requires", "tokio 1.38"))
+    assert second.status == "superseded" and second.superseded == [first["id"]]
+    assert (second.predicate_canonical, second.predicate_resolved_by) == ("depends_on", "synonym")
     assert current_objects(service, "api-server") == {"tokio 1.38"}
 
 
@@ -217,15 +219,18 @@ def test_fuzzy_predicate_against_same_subject_keeps_both_current(service: Memory
     (issue 11: "http_port" / "https_port" look as alike as "deployed_to" / "deploys-to"): it is
     a relation of its own and the answer names the look-alike."""
     first = invoke(service, "store", fact("web", "deployed_to", "staging cluster"))
-    second = invoke(service, "store", fact("web", "deploys-to", "production cluster"))
-    assert second["predicate"] == {"canonical": "deploysto", "resolved_by": "new"}
-    assert "superseded" not in second
-    [alias] = second["possible_alias"]
-    assert alias["id"] == first["id"] and alias["other"] == "deployed_to"
+    second = stored(service, fact("web", "deploys-to", "production cluster"))
+    assert (second.predicate_canonical, second.predicate_resolved_by) == ("deploysto", "new")
+    assert second.superseded == []
+    [alias] = second.possible_alias
+    assert alias.id == first["id"] and alias.other == "deployed_to"
+    answer = present_store(second)  # what the agent reads: the look-alike, and how to decide
+    assert "superseded" not in answer and answer["possible_alias"][0]["id"] == first["id"]
+    assert "t_invalid" in answer["possible_alias"][0]["hint"]
     assert current_objects(service, "web") == {"staging cluster", "production cluster"}
     # The look-alike spelling is its own relation from now on: a new value replaces its own.
     again = invoke(service, "store", fact("web", "deploys_to", "batch cluster"))
-    assert again["superseded"] == [second["id"]] and "possible_alias" not in again
+    assert again["superseded"] == [second.id] and "possible_alias" not in again
     assert current_objects(service, "web") == {"staging cluster", "batch cluster"}
 
 
@@ -243,9 +248,9 @@ def test_conflicts_do_not_depend_on_which_spelling_came_first(
 
 def test_fuzzy_predicates_only_compare_within_the_subject(service: MemoryService) -> None:
     invoke(service, "store", fact("web", "deployed_to", "staging cluster"))
-    other = invoke(service, "store", fact("worker", "deploys-to", "batch cluster"))
-    assert other["predicate"] == {"canonical": "deploysto", "resolved_by": "new"}
-    assert other["status"] == "stored"
+    other = stored(service, fact("worker", "deploys-to", "batch cluster"))
+    assert (other.predicate_canonical, other.predicate_resolved_by) == ("deploysto", "new")
+    assert other.status == "stored"
     assert current_objects(service, "web") == {"staging cluster"}
 
 
@@ -275,11 +280,9 @@ def test_per_namespace_synonym_override(make_service: ServiceFactory) -> None:
     assert infra_new["superseded"] == [infra_old["id"]]
     # Outside "infra" the extra synonym does not exist: the two predicates stay distinct.
     invoke(service, "store", fact("libfoo", "uses", "openssl 1.1", namespace="apps"))
-    apps_new = invoke(
-        service, "store", fact("libfoo", "links against", "openssl 3.0", namespace="apps")
-    )
-    assert apps_new["status"] == "stored"
-    assert apps_new["predicate"]["canonical"] == "linksagainst"
+    apps_new = stored(service, fact("libfoo", "links against", "openssl 3.0", namespace="apps"))
+    assert apps_new.status == "stored"
+    assert apps_new.predicate_canonical == "linksagainst"
     assert current_objects(service, "libfoo", "apps") == {"openssl 1.1", "openssl 3.0"}
 
 

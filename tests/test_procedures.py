@@ -63,7 +63,12 @@ def deploy(steps: list[str], **extra: Any) -> dict[str, Any]:
 
 
 def recall_procedures(service: MemoryService, **extra: Any) -> list[dict[str, Any]]:
-    arguments = {"query": "how to deploy to staging", "types": ["procedural"], "limit": 10}
+    arguments = {
+        "query": "how to deploy to staging",
+        "types": ["procedural"],
+        "limit": 10,
+        "explain": True,  # the steps and conditions, beside the content
+    }
     return invoke(service, "recall", {**arguments, **extra})["results"]
 
 
@@ -122,9 +127,11 @@ def test_recall_returns_newest_by_default_and_old_on_request(service: MemoryServ
     first = invoke(service, "store", deploy(V1))
     second = invoke(service, "store", deploy(V2))
     newest = recall_procedures(service)
-    assert [(r["id"], r["version"], r["steps"]) for r in newest] == [(second["id"], 2, V2)]
+    assert [(r["id"], r["version"], r["explain"]["steps"]) for r in newest] == [
+        (second["id"], 2, V2)
+    ]
     old = recall_procedures(service, version=1)
-    assert [(r["id"], r["steps"]) for r in old] == [(first["id"], V1)]
+    assert [(r["id"], r["explain"]["steps"]) for r in old] == [(first["id"], V1)]
     assert old[0]["freshness"]["staleness"] == "superseded"
     every = recall_procedures(service, include_invalidated=True)
     assert {r["version"] for r in every} == {1, 2}
@@ -139,8 +146,8 @@ def test_rollback_creates_a_new_version_equal_to_the_old(service: MemoryService)
     assert (rolled["version"], rolled["rolled_back_to"]) == (3, 1)
     assert rolled["previous_version"] == {"id": second["id"], "version": 2}
     [current] = recall_procedures(service)
-    assert (current["id"], current["version"], current["steps"]) == (rolled["id"], 3, V1)
-    assert current["conditions"] == CONDITIONS
+    assert (current["id"], current["version"], current["explain"]["steps"]) == (rolled["id"], 3, V1)
+    assert current["explain"]["conditions"] == CONDITIONS
     assert [r["version"] for r in recall_procedures(service, version=2)] == [2]
 
 

@@ -151,8 +151,8 @@ def test_hit_equals_the_miss_after_invalidate(make_service: ServiceFactory) -> N
 def test_explain_reports_cache_hits(service: MemoryService) -> None:
     seed(service)
     query = {"query": "payments connection pool timeout", "explain": True}
-    assert invoke(service, "recall", query)["cache_hit"] is False
-    assert invoke(service, "recall", query)["cache_hit"] is True
+    assert invoke(service, "recall", query)["explain"]["cache_hit"] is False
+    assert invoke(service, "recall", query)["explain"]["cache_hit"] is True
 
 
 def ids_of(answer: dict[str, Any]) -> list[str]:

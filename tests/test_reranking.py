@@ -72,9 +72,11 @@ def test_reranker_reorders_the_fused_head(
     query = {"query": "what animals did we see on the safari", "limit": 5, "explain": True}
     without = invoke(plain, "recall", query)
     with_rerank = invoke(reranked, "recall", query)
-    assert without["reranked"] is False and without["score_basis"] == "fused"
-    assert "rerank_status" in without
-    assert with_rerank["reranked"] is True and with_rerank["score_basis"] == "rerank"
+    assert without["explain"]["reranked"] is False
+    assert without["explain"]["score_basis"] == "fused"
+    assert without["explain"]["rerank_status"]
+    assert with_rerank["explain"]["reranked"] is True
+    assert with_rerank["explain"]["score_basis"] == "rerank"
     top = with_rerank["results"][0]
     assert "zebra" in top["content"]
     explain = top["explain"]
@@ -143,21 +145,22 @@ def test_procedural_chunks_are_deduplicated_before_rerank(
     stored = invoke(
         service, "store", {"type": "procedural", "name": "crossing-audit", "steps": steps}
     )
-    assert stored["chunks"] == 12
+    assert service.meta.get_memory(stored["id"]).chunk_count == 12
     response = invoke(
         service, "recall", {"query": "zebra crossing inspection", "limit": 10, "explain": True}
     )
     ids = [r["id"] for r in response["results"]]
     assert ids.count(stored["id"]) == 1
-    assert response["results"][0]["steps"] == steps
+    assert response["results"][0]["explain"]["steps"] == steps
 
 
 def test_unavailable_reranker_is_said_everywhere(service_factory_offline: ServiceFactory) -> None:
     service = service_factory_offline
     invoke(service, "store", {"content": "the reranker status must be visible to the agent"})
-    response = invoke(service, "recall", {"query": "reranker status"})
-    assert response["reranked"] is False
-    assert "unavailable" in response["rerank_status"]
+    # Said once, where it applies to every call (stats), and per call with explain.
+    response = invoke(service, "recall", {"query": "reranker status", "explain": True})
+    assert response["explain"]["reranked"] is False
+    assert "unavailable" in response["explain"]["rerank_status"]
     detailed = invoke(service, "stats", {"detailed": True})
     assert detailed["reranker"]["available"] is False
     assert "unavailable" in detailed["reranker"]["reason"]
@@ -178,7 +181,7 @@ def test_token_budget_cuts_results_in_rank_order(service: object) -> None:
     stored = store_many(service, [{"content": text} for text in INCIDENTS])
     assert all("error" not in s for s in stored)
     full = invoke(service, "recall", {"query": "ingest worker out of memory", "limit": 12})
-    assert full["count"] == 12
+    assert len(full["results"]) == 12
     sizes = [service.embedder.count_text_tokens(r["content"]) for r in full["results"]]
     budget = sum(sizes[:4]) + sizes[4] // 2
     cut = invoke(
@@ -194,7 +197,7 @@ def test_token_budget_cuts_results_in_rank_order(service: object) -> None:
         "recall",
         {"query": "ingest worker out of memory", "limit": 12, "max_tokens": 100_000},
     )
-    assert everything["truncated"] == 0 and everything["count"] == 12
+    assert everything["truncated"] == 0 and len(everything["results"]) == 12
 
 
 def varied_sentences(count: int) -> list[str]:
@@ -269,7 +272,7 @@ def test_limit_up_to_200(service: object) -> None:
     response = invoke(
         service, "recall", {"query": "who repaired or shipped something", "limit": 200}
     )
-    assert response["count"] == 200
+    assert len(response["results"]) == 200
     assert len({r["id"] for r in response["results"]}) == 200
 
 
@@ -290,15 +293,15 @@ async def test_reranker_path_through_mcp(
         for text in ANIMALS:
             await ok(client, "store", {"content": text, "timestamp": recent})
         response = await ok(client, "recall", {"query": "animals on safari", "explain": True})
-        assert response["reranked"] is True
+        assert response["explain"]["reranked"] is True
         assert "zebra" in response["results"][0]["content"]
         stats = await ok(client, "stats", {"detailed": True})
         assert stats["reranker"]["available"] is True
         assert stats["reranker"]["model"].startswith("local:")
     async with mcp_client(tmp_path / "d", models_dir, "--no-rerank") as client:
-        response = await call(client, "recall", {"query": "animals on safari"})
-        assert response["reranked"] is False
-        assert response["rerank_status"] == "reranking disabled (--no-rerank)"
+        response = await call(client, "recall", {"query": "animals on safari", "explain": True})
+        assert response["explain"]["reranked"] is False
+        assert response["explain"]["rerank_status"] == "reranking disabled (--no-rerank)"
 
 
 def test_missing_reranker_warns_once_on_stderr(tmp_path: Path, models_dir: Path) -> None:
@@ -320,7 +323,7 @@ def test_missing_reranker_warns_once_on_stderr(tmp_path: Path, models_dir: Path)
                         "method": "tools/call",
                         "params": {
                             "name": "recall",
-                            "arguments": {"query": f"protocol test {number}"},
+                            "arguments": {"query": f"protocol test {number}", "explain": True},
                         },
                     }
                 )
@@ -328,7 +331,7 @@ def test_missing_reranker_warns_once_on_stderr(tmp_path: Path, models_dir: Path)
             )
             process.stdin.flush()
             reply = json.loads(process.stdout.readline())
-            assert reply["result"]["structuredContent"]["reranked"] is False
+            assert reply["result"]["structuredContent"]["explain"]["reranked"] is False
         process.stdin.close()
         assert process.wait(timeout=20) == 0
     finally:

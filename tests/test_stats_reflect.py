@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.typed import stored
 from tests.test_staleness import MovableClock
 
 from ferrex.core.service import MemoryService
@@ -377,7 +378,7 @@ def test_reflect_reports_contradictions(
     service, ids = attention
     [alert] = invoke(service, "reflect", {})["contradictions"]
     assert alert["subject"] == "payments"
-    assert (alert["predicate"], alert["predicate_canonical"]) == ("database", "database")
+    assert alert["predicate"] == "database"
     objects = {fact["id"]: fact["object"] for fact in alert["facts"]}
     assert objects == {ids["db_current"]: "postgres 16", ids["db_contested"]: "mysql 8"}
 
@@ -417,15 +418,14 @@ def test_reflect_lists_alias_candidates(service: MemoryService) -> None:
     invoke(
         service, "store", {"content": "the auth service issues JWTs", "entities": ["auth service"]}
     )
-    stored = invoke(
+    outcome = stored(
         service,
-        "store",
         {
             "content": "the authentication service rotates its signing keys",
             "entities": ["authentication service"],
         },
     )
-    assert stored["entities"][0]["resolved_by"] == "new"  # close, but not merged
+    assert outcome.entities[0].resolved_by == "new"  # close, but not merged
     [candidate] = invoke(service, "reflect", {})["alias_candidates"]
     assert candidate["name"] == "authentication service"
     assert candidate["entity"] == "auth service"
@@ -459,11 +459,11 @@ def test_reflect_and_recall_show_a_facts_decaying_confidence(
         {"subject": "billing-db", "predicate": "runs", "object": "postgres 15", "confidence": 0.9},
     )["id"]
     clock.advance(120)
-    [early] = invoke(service, "recall", {"query": "what does billing-db run", "limit": 1})[
-        "results"
-    ]
-    assert early["confidence"] == 0.9
-    assert early["effective_confidence"] == round(0.9 * 2 ** (-120 / 180), 3)  # 0.567
+    [early] = invoke(
+        service, "recall", {"query": "what does billing-db run", "limit": 1, "explain": True}
+    )["results"]
+    assert early["explain"]["confidence"] == 0.9
+    assert early["explain"]["effective_confidence"] == round(0.9 * 2 ** (-120 / 180), 3)
     assert not any(
         "confidence" in r
         for i in invoke(service, "reflect", {})["needs_review"]
@@ -475,9 +475,11 @@ def test_reflect_and_recall_show_a_facts_decaying_confidence(
     assert "confidence decayed from 0.90 to 0.42 (200 days without validation)" in item["reasons"]
     invoke(service, "reflect", {"confirm_ids": [fact]})
     answer = invoke(
-        service, "recall", {"query": "what does billing-db run", "limit": 1, "include_stale": True}
+        service,
+        "recall",
+        {"query": "what does billing-db run", "limit": 1, "include_stale": True, "explain": True},
     )
-    assert answer["results"][0]["effective_confidence"] == 0.9
+    assert answer["results"][0]["explain"]["effective_confidence"] == 0.9
 
 
 def test_confirming_an_old_event_says_it_stays_stale_and_ends_the_review_loop(

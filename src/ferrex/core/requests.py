@@ -128,12 +128,8 @@ class _Request(BaseModel):
 
 # Parameter descriptions are the agent's: every tools/list carries them (server/schemas.py makes
 # the input schemas from these models), so they stay short.
-_NS = Field(
-    default=None,
-    description="Namespace (project); default: the server's",
-    json_schema_extra={"pattern": NAMESPACE_PATTERN},
-)
-_ISO = "ISO-8601 "
+_NS = Field(default=None)  # the server's namespace when not given
+_ISO = "ISO-8601"
 
 
 def _ns() -> Any:
@@ -143,51 +139,43 @@ def _ns() -> Any:
 class StoreRequest(_Request):
     type: TypeName | None = Field(
         default=None,
-        description="Omit to auto-detect: semantic with subject+predicate+object, procedural "
-        "with steps, else episodic",
+        description="Omit to auto-detect from the fields given",
     )
     content: str | None = Field(
         default=None,
-        description='The event (episodic) or procedure text; self-contained, e.g. "what | when '
-        '| where | who | why"',
+        description="Self-contained: what | when | where | who | why",
     )
-    subject: str | None = Field(default=None, description="Semantic: the entity the fact is about")
-    predicate: str | None = Field(default=None, description="Semantic: the relation or property")
-    object: str | None = Field(default=None, description="Semantic: the value or target entity")
+    subject: str | None = Field(default=None, description="Fact: the entity")
+    predicate: str | None = Field(default=None, description="Fact: relation or property")
+    object: str | None = Field(default=None, description="Fact: the value")
     confidence: float = Field(default=1.0, description="0.0-1.0, default 1.0")
     source: str | None = Field(
-        default=None, description='Provenance; "memory:<id>" cites and validates that memory'
+        default=None, description="Provenance; memory:<id> validates that memory"
     )
     entities: list[str] | None = Field(default=None, description="Entity names, for filtering")
-    context: dict[str, Any] | None = Field(
-        default=None, description="Structured context (task, project, outcome...)"
-    )
+    context: dict[str, Any] | None = Field(default=None, description="Task, project, outcome...")
     supersedes: str | None = Field(default=None, description="Memory id this replaces")
     namespace: str | None = _ns()
-    timestamp: datetime | None = Field(default=None, description=_ISO + "event time; default now")
+    timestamp: datetime | None = Field(default=None, description=_ISO + " event time; default now")
     t_valid: datetime | None = Field(
-        default=None, description=_ISO + "time the fact became true; default now"
+        default=None, description=_ISO + ": fact true since; default now"
     )
     t_invalid: datetime | None = Field(
-        default=None, description=_ISO + "time the fact stopped being true: stores history"
+        default=None, description=_ISO + ": fact true until (history)"
     )
-    name: str | None = Field(
-        default=None, description="Procedure name; a known name makes a new version"
-    )
+    name: str | None = Field(default=None, description="Procedure name (a known one: new version)")
     conditions: list[str] | None = Field(default=None, description="When the procedure applies")
-    steps: list[str] | None = Field(default=None, description="Ordered procedure steps")
-    multi_valued: StrictBool = Field(
-        default=False, description="The predicate holds several values at once"
-    )
-    pinned: StrictBool = Field(default=False, description="Exempt from decay and eviction")
+    steps: list[str] | None = Field(default=None, description="Procedure steps")
+    multi_valued: StrictBool = Field(default=False, description="Several values hold at once")
+    pinned: StrictBool = Field(default=False, description="Never decay or evict")
     rollback_to: StrictInt | None = Field(
-        default=None, ge=1, le=MAX_VERSION, description="With name: restore this older version"
+        default=None, ge=1, le=MAX_VERSION, description="With name: restore this version"
     )
     version: StrictInt | None = Field(
         default=None,
         ge=1,
         le=MAX_VERSION,
-        description="Informational; ferrex numbers versions itself",
+        description="Informational (auto-numbered)",
     )
 
     @field_validator("type", mode="before")
@@ -296,8 +284,10 @@ class StoreRequest(_Request):
 
 
 class TimeRange(_Request):
-    after: datetime | None = Field(default=None, description=_ISO)
-    before: datetime | None = Field(default=None, description=_ISO)
+    model_config = ConfigDict(json_schema_extra={"additionalProperties": None})
+
+    after: datetime | None = None
+    before: datetime | None = None
 
     @field_validator("after", "before", mode="before")
     @classmethod
@@ -313,26 +303,22 @@ class TimeRange(_Request):
 
 class RecallRequest(_Request):
     query: str = Field(description="What to search for")
-    types: list[TypeName] | None = Field(default=None, description="Filter by memory type")
+    types: list[TypeName] | None = None
     limit: StrictInt | None = Field(default=None, ge=1, description="Max results, default 5")
     time_range: TimeRange | None = Field(
-        default=None, description="{after, before}: bounds on the memory's time"
+        default=None, description="{after, before}: ISO-8601 bounds"
     )
-    entities: list[str] | None = Field(
-        default=None, description="Only memories involving these entities"
-    )
-    include_stale: StrictBool = Field(default=False, description="Include stale memories")
-    include_invalidated: StrictBool = Field(
-        default=False, description="Include facts no longer true (history)"
-    )
+    entities: list[str] | None = Field(default=None, description="Involving these entities")
+    include_stale: StrictBool = Field(default=False, description="Include stale")
+    include_invalidated: StrictBool = Field(default=False, description="Include past facts")
     namespace: str | None = _ns()
-    as_of: datetime | None = Field(default=None, description=_ISO + "instant: what was true then")
-    explain: StrictBool = Field(default=False, description="Add ranking details per result")
+    as_of: datetime | None = Field(default=None, description=_ISO + ": what was true then")
+    explain: StrictBool = Field(default=False, description="Ranking details")
     max_tokens: StrictInt | None = Field(
-        default=None, ge=1, le=1_000_000, description="Token budget for the results' content"
+        default=None, ge=1, le=1_000_000, description="Token budget"
     )
     version: StrictInt | None = Field(
-        default=None, ge=1, le=MAX_VERSION, description="A specific procedure version"
+        default=None, ge=1, le=MAX_VERSION, description="Procedure version"
     )
 
     @field_validator("limit")
@@ -394,10 +380,8 @@ class RecallRequest(_Request):
 
 
 class ForgetRequest(_Request):
-    ids: list[str] = Field(description="Memory ids to delete (from recall)")
-    cascade: StrictBool = Field(
-        default=False, description="Also remove entities only these memories named"
-    )
+    ids: list[str] = Field(description="Memory ids (from recall)")
+    cascade: StrictBool = Field(default=False, description="Also remove entities only these named")
     namespace: str | None = _ns()
 
     @field_validator("ids", mode="before")
@@ -417,14 +401,12 @@ class ForgetRequest(_Request):
 
 class ReflectRequest(_Request):
     namespace: str | None = _ns()
-    limit: StrictInt = Field(default=10, ge=1, le=200, description="Max items per category")
-    include_contradictions: StrictBool = Field(default=True, description="Default true")
-    include_stale: StrictBool = Field(default=True, description="Default true")
-    confirm_ids: list[str] | None = Field(
-        default=None, description="Memories you confirm are still accurate"
-    )
-    pin_ids: list[str] | None = Field(default=None, description="Memories to pin")
-    unpin_ids: list[str] | None = Field(default=None, description="Memories to unpin")
+    limit: StrictInt = Field(default=10, ge=1, le=200, description="Max per category")
+    include_contradictions: StrictBool = True
+    include_stale: StrictBool = True
+    confirm_ids: list[str] | None = Field(default=None, description="Reviewed: still accurate")
+    pin_ids: list[str] | None = None
+    unpin_ids: list[str] | None = None
 
     @field_validator("namespace", mode="before")
     @classmethod
@@ -448,7 +430,7 @@ class ReflectRequest(_Request):
 
 class StatsRequest(_Request):
     namespace: str | None = _ns()
-    detailed: StrictBool = Field(default=False, description="Full diagnostics; default brief")
+    detailed: StrictBool = Field(default=False, description="Full diagnostics")
 
     @field_validator("namespace", mode="before")
     @classmethod

@@ -6,6 +6,8 @@ The one place that decides the shape of every answer; core returns results
 
 from __future__ import annotations
 
+import re
+from datetime import UTC, datetime
 from typing import Any
 
 from ferrex.core.clock import to_iso
@@ -26,10 +28,7 @@ from ferrex.core.results import (
     StoreOutcome,
 )
 
-REFLECT_HINT = (
-    "Confirm what is still true with reflect(confirm_ids=[...]); fix outdated facts with "
-    "store(..., supersedes=id); remove wrong memories with forget(ids=[...])."
-)
+_FRACTION = re.compile(r"(?<=:\d\d)\.\d+")  # stored text timestamps: cut to the second
 STILL_STALE_NOTE = (
     "confirmed, but still stale by age (an old memory stays old): they stay out of "
     "default recalls (use include_stale=true), off the review list and out of "
@@ -42,6 +41,22 @@ ORPHANED_NOTE = (
 )
 
 
+def iso(moment: datetime | None) -> str | None:
+    """A timestamp to the second (RFC 3339, UTC)."""
+    if moment is None:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _seconds(value: Any) -> Any:
+    """A stored ISO timestamp (text) cut to the second."""
+    if isinstance(value, str):
+        return _FRACTION.sub("", value)
+    return iso(value) if isinstance(value, datetime) else value
+
+
 def _mb(size: int) -> float:
     return round(size / (1024 * 1024), 2)
 
@@ -50,80 +65,46 @@ def _mb(size: int) -> float:
 
 
 def _store_message(outcome: StoreOutcome) -> str | None:
+    """One sentence for the outcomes that need the agent's attention or explain a refusal."""
     if outcome.status is Outcome.ENDED:
-        return (
-            "the current fact now ends at t_invalid; it is history "
-            "(include_invalidated / as_of still find it)"
-        )
-    if outcome.status is Outcome.DUPLICATE and outcome.type is MemoryType.SEMANTIC:
+        return "the current fact ended at t_invalid; it is history now"
+    if outcome.status is Outcome.DUPLICATE:
         if outcome.confirmed:
-            return (
-                "this fact is already known; it was confirmed (last_validated updated) "
-                "instead of stored twice"
-            )
-        return "this value is already known for that time; nothing was stored"
+            return "already known: confirmed (last_validated) instead of stored twice"
+        return "already known for that time; nothing was stored"
     if outcome.status is Outcome.HISTORICAL:
         if outcome.superseded_by is not None:
-            return "a newer value is already current; this fact was stored as history"
-        return "stored as history: true from t_valid until t_invalid"
+            return "a newer value is current; stored as history"
+        return "stored as history (true from t_valid until t_invalid)"
     if outcome.status is Outcome.CONTRADICTION:
         return (
-            "a current fact with higher confidence says otherwise; both are kept and flagged. "
-            "Resolve with store(supersedes=...) or forget."
+            "a current fact with higher confidence says otherwise; both kept and flagged: "
+            "resolve with store(supersedes=...) or forget"
         )
     return None
 
 
 def present_store(outcome: StoreOutcome) -> dict[str, Any]:
+    """id, type, status and what the store changed (the other memories it names)."""
     out: dict[str, Any] = {
         "id": outcome.id,
         "type": outcome.type.value,
-        "namespace": outcome.namespace,
         "status": outcome.status.value,
     }
-    if outcome.status is Outcome.ENDED:
-        assert outcome.t_invalid is not None
-        out["t_invalid"] = to_iso(outcome.t_invalid)
-        out["message"] = _store_message(outcome)
-        if outcome.evicted:
-            out["evicted"] = outcome.evicted
-        return out
-    similarity = (
-        None
-        if outcome.similarity is None
-        else {"score": outcome.similarity, "method": outcome.similarity_method}
-    )
-    if outcome.status is Outcome.DUPLICATE:
-        out["duplicate_of"] = outcome.duplicate_of
-        if outcome.confirmed:
-            out["similarity"] = similarity
-            out["confidence"] = outcome.confidence
-        out["message"] = _store_message(outcome)
-        if outcome.evicted:
-            out["evicted"] = outcome.evicted
-        return out
-    if outcome.predicate_canonical is not None:
-        out["predicate"] = {
-            "canonical": outcome.predicate_canonical,
-            "resolved_by": outcome.predicate_resolved_by,
-        }
-    if similarity is not None:
-        out["similarity"] = similarity
-    if outcome.multi_valued:
-        out["multi_valued"] = True
-    if outcome.also_current:
-        out["also_current"] = outcome.also_current
-    if outcome.status is Outcome.HISTORICAL:
-        out["superseded_by"] = outcome.superseded_by if outcome.superseded_by else None
-        if outcome.superseded_by is None:
-            del out["superseded_by"]
-    if outcome.contradicts:
-        out["contradicts"] = outcome.contradicts
+    if outcome.t_invalid is not None:
+        out["t_invalid"] = iso(outcome.t_invalid)
     if outcome.superseded:
         out["superseded"] = outcome.superseded
-    message = _store_message(outcome)
-    if message:
-        out["message"] = message
+    if outcome.superseded_by is not None:
+        out["superseded_by"] = outcome.superseded_by
+    if outcome.multi_valued:
+        out["multi_valued"] = True  # one of several current values (also_current: the others)
+    if outcome.also_current:
+        out["also_current"] = outcome.also_current
+    if outcome.contradicts:
+        out["contradicts"] = outcome.contradicts
+    if outcome.validated:
+        out["validated"] = outcome.validated
     if outcome.version is not None:
         out["version"] = outcome.version
     if outcome.previous_version_id is not None:
@@ -133,23 +114,15 @@ def present_store(outcome: StoreOutcome) -> dict[str, Any]:
         }
     if outcome.rolled_back_to is not None:
         out["rolled_back_to"] = outcome.rolled_back_to
-    if outcome.validated:
-        out["validated"] = outcome.validated
-    if outcome.possible_alias:
+    if outcome.possible_alias:  # current facts kept beside this one: the agent decides
         out["possible_alias"] = [_possible_alias(a) for a in outcome.possible_alias]
-    if outcome.warnings:
-        out["warnings"] = outcome.warnings
-    if outcome.entities:
-        out["entities"] = [
-            {"name": e.name, "entity_id": e.entity_id, "resolved_by": e.resolved_by}
-            for e in outcome.entities
-        ]
-    if outcome.chunks > 1:
-        out["chunks"] = outcome.chunks
-    if outcome.pinned:
-        out["pinned"] = True
     if outcome.evicted:
         out["evicted"] = outcome.evicted
+    message = _store_message(outcome)
+    if message:
+        out["message"] = message
+    if outcome.warnings:
+        out["warnings"] = outcome.warnings
     return out
 
 
@@ -177,91 +150,105 @@ def present_store_many(results: list[StoreOutcome | FerrexError]) -> list[dict[s
 # ---------------------------------------------------------------------- recall
 
 
-def _memory_fields(memory: Memory) -> dict[str, Any]:
-    item: dict[str, Any] = {"id": memory.id, "type": memory.type.value}
+# An episode's own time is shown when it was given at store (an event from the past), not when
+# it is the time ferrex learnt it (that is freshness.age_days).
+EVENT_TIME_SHOWN_AFTER_SECONDS = 60
+
+
+def _freshness(hit: RecallHit) -> dict[str, Any]:
+    memory = hit.memory
+    return {
+        "age_days": hit.freshness.age_days,
+        "last_accessed": iso(memory.last_accessed),
+        "last_validated": iso(memory.last_validated),
+        "access_count": memory.access_count,
+        "staleness": hit.freshness.staleness,
+    }
+
+
+def _details(hit: RecallHit) -> dict[str, Any]:
+    """Everything else known about the memory (``explain: true``)."""
+    memory = hit.memory
+    details: dict[str, Any] = {"created_at": iso(memory.created_at), "entities": memory.entities}
     if memory.type is MemoryType.SEMANTIC:
-        item["content"] = memory.display_text()
-        item.update(subject=memory.subject, predicate=memory.predicate, object=memory.object)
-        item["confidence"] = memory.confidence
+        details.update(subject=memory.subject, predicate=memory.predicate, object=memory.object)
+        details["confidence"] = memory.confidence
+        if hit.effective_confidence is not None:
+            details["effective_confidence"] = round(hit.effective_confidence, 3)
+        details["t_valid"] = iso(memory.t_valid)
+        if memory.multi_valued:
+            details["multi_valued"] = True
     elif memory.type is MemoryType.PROCEDURAL:
         if memory.name:
-            item["name"] = memory.name
-        item["content"] = memory.content
+            details["name"] = memory.name
         if memory.conditions:
-            item["conditions"] = memory.conditions
+            details["conditions"] = memory.conditions
         if memory.steps:
-            item["steps"] = memory.steps
-        if memory.version is not None:
-            item["version"] = memory.version
+            details["steps"] = memory.steps
     else:
-        item["content"] = memory.content
-        item["timestamp"] = to_iso(memory.event_time)
-    return item
+        details["timestamp"] = iso(memory.event_time)
+    if memory.source:
+        details["source"] = memory.source
+    if memory.context:
+        details["context"] = memory.context
+    if memory.pinned:
+        details["pinned"] = True
+    if hit.included_as:
+        details["included_as"] = hit.included_as
+    return details
 
 
 def present_hit(hit: RecallHit) -> dict[str, Any]:
+    """The design's result (id, type, content, score, freshness) plus what the agent acts on
+    for this result: a contradiction and its partners, a past fact's validity interval, a
+    procedure's version, a past event's time."""
     memory = hit.memory
-    item = _memory_fields(memory)
-    if memory.type is MemoryType.SEMANTIC:
-        if hit.effective_confidence is not None:
-            item["effective_confidence"] = round(hit.effective_confidence, 3)
-        item["t_valid"] = to_iso(memory.t_valid) if memory.t_valid else None
-        if memory.t_invalid is not None:
-            item["t_invalid"] = to_iso(memory.t_invalid)
+    item: dict[str, Any] = {
+        "id": memory.id,
+        "type": memory.type.value,
+        "content": memory.display_text(),
+        "score": round(hit.score, 4),
+        "freshness": _freshness(hit),
+    }
+    if memory.type is MemoryType.EPISODIC:
+        if abs((memory.event_time - memory.created_at).total_seconds()) > (
+            EVENT_TIME_SHOWN_AFTER_SECONDS
+        ):
+            item["timestamp"] = iso(memory.event_time)
+    elif memory.type is MemoryType.PROCEDURAL and memory.version is not None:
+        item["version"] = memory.version
+    if memory.t_invalid is not None:  # history: when it was true, and what replaced it
+        item["t_valid"] = iso(memory.t_valid or memory.event_time)
+        item["t_invalid"] = iso(memory.t_invalid)
+        if memory.superseded_by:
             item["superseded_by"] = memory.superseded_by
-        if memory.multi_valued:
-            item["multi_valued"] = True
-    elif memory.type is MemoryType.PROCEDURAL and memory.t_invalid is not None:
-        item["t_invalid"] = to_iso(memory.t_invalid)
-        item["superseded_by"] = memory.superseded_by
-    item["score"] = round(hit.score, 6)
-    item["age_days"] = hit.freshness.age_days
-    item["entities"] = memory.entities
-    item["created_at"] = to_iso(memory.created_at)
-    item["freshness"] = hit.freshness.to_dict()
-    if memory.source:
-        item["source"] = memory.source
-    if memory.context:
-        item["context"] = memory.context
-    if memory.pinned:
-        item["pinned"] = True
-    if hit.explain is not None:
-        item["explain"] = hit.explain
     if hit.contradicts:
         item["contradiction"] = True
         item["contradicts"] = hit.contradicts
-    if hit.included_as:
-        item["included_as"] = hit.included_as
+    if hit.explain is not None:
+        item["explain"] = {**hit.explain, **_details(hit)}
     return item
 
 
 def present_recall(result: RecallResult) -> dict[str, Any]:
-    results = [present_hit(hit) for hit in result.hits]
-    out: dict[str, Any] = {
-        "results": results,
-        "count": len(results),
-        "namespace": result.namespace,
-        "reranked": result.reranked,
-        "score_basis": result.score_basis,
-        "stale_held_back": result.stale_held_back,
-    }
-    if result.rerank_status is not None:
-        out["rerank_status"] = result.rerank_status
-    if result.no_results is not None:
+    out: dict[str, Any] = {"results": [present_hit(hit) for hit in result.hits]}
+    if result.stale_held_back:
+        out["stale_held_back"] = result.stale_held_back
+    if result.no_results is not None:  # an empty answer says so, once
         out["no_results"] = result.no_results
-    held = result.stale_held_back
-    if held:
-        out["note"] = (
-            f"{held} stale memor{'y was' if held == 1 else 'ies were'} held back; "
-            "call recall with include_stale=true to see them"
-        )
     if result.truncated is not None:
         out["truncated"] = result.truncated
         out["tokens"] = result.tokens
     if result.unresolved_entities:
         out["unresolved_entities"] = result.unresolved_entities
-    if result.cache_hit is not None:
-        out["cache_hit"] = result.cache_hit
+    if result.cache_hit is not None:  # explain: what applies to the whole answer
+        out["explain"] = {
+            "namespace": result.namespace,
+            "score_basis": result.score_basis,
+            "reranked": result.reranked,
+            "rerank_status": result.rerank_status,
+            "cache_hit": result.cache_hit,
+        }
     return out
 
 
@@ -269,12 +256,9 @@ def present_recall(result: RecallResult) -> dict[str, Any]:
 
 
 def present_forget(result: ForgetResult) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "deleted": result.deleted,
-        "not_found": result.not_found,
-        "entities_removed": result.entities_removed,
-        "namespace": result.namespace,
-    }
+    out: dict[str, Any] = {"deleted": result.deleted, "not_found": result.not_found}
+    if result.entities_removed:
+        out["entities_removed"] = result.entities_removed
     if result.history_without_successor:
         out["history_without_successor"] = result.history_without_successor
         out["note"] = ORPHANED_NOTE
@@ -320,13 +304,12 @@ def present_reflect(report: ReflectReport) -> dict[str, Any]:
             {
                 "subject": group[0].subject,
                 "predicate": group[0].predicate,
-                "predicate_canonical": group[0].predicate_canonical,
                 "facts": [
                     {
                         "id": f.id,
                         "object": f.object,
                         "confidence": f.confidence,
-                        "t_valid": to_iso(f.t_valid) if f.t_valid else None,
+                        "t_valid": iso(f.t_valid),
                     }
                     for f in group
                 ],
@@ -349,10 +332,9 @@ def present_reflect(report: ReflectReport) -> dict[str, Any]:
         for c in report.alias_candidates
     ]
     out["inactive_entities"] = [
-        {"name": e.name, "last_reference": e.last_reference, "memories": e.memories}
+        {"name": e.name, "last_reference": _seconds(e.last_reference), "memories": e.memories}
         for e in report.inactive_entities
     ]
-    out["hint"] = REFLECT_HINT
     return out
 
 
@@ -395,7 +377,10 @@ def present_stats(result: StatsBrief | StatsDetailed) -> dict[str, Any]:
         "recent": _recent(result.recent),
         "needs_attention": needs_attention,
         "pinned": result.pinned,
-        "evictions": {"total": result.evictions_total, "last_at": result.evictions_last_at},
+        "evictions": {
+            "total": result.evictions_total,
+            "last_at": _seconds(result.evictions_last_at),
+        },
         "model": result.model,
         "reranker": result.reranker,
         "index": {
@@ -418,6 +403,29 @@ def present_stats(result: StatsBrief | StatsDetailed) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------- resources
+
+
+def _memory_fields(memory: Memory) -> dict[str, Any]:
+    """A memory's own fields (the memory resource shows them all)."""
+    item: dict[str, Any] = {"id": memory.id, "type": memory.type.value}
+    if memory.type is MemoryType.SEMANTIC:
+        item["content"] = memory.display_text()
+        item.update(subject=memory.subject, predicate=memory.predicate, object=memory.object)
+        item["confidence"] = memory.confidence
+    elif memory.type is MemoryType.PROCEDURAL:
+        if memory.name:
+            item["name"] = memory.name
+        item["content"] = memory.content
+        if memory.conditions:
+            item["conditions"] = memory.conditions
+        if memory.steps:
+            item["steps"] = memory.steps
+        if memory.version is not None:
+            item["version"] = memory.version
+    else:
+        item["content"] = memory.content
+        item["timestamp"] = to_iso(memory.event_time)
+    return item
 
 
 def present_memory(view: MemoryView) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel
 
 _DROP = {"title", "default", "format"}
+IMPLEMENTATION_BOUND = 1_000_000
 
 
 def input_schema(model: type[BaseModel], *, maxima: dict[str, int] | None = None) -> dict[str, Any]:
@@ -53,8 +54,10 @@ def _simplify(node: Any, definitions: dict[str, Any]) -> Any:
                 continue
         if key == "properties":
             out[key] = {name: _simplify(v, definitions) for name, v in value.items()}
-        elif key == "additionalProperties" and value is True:
-            continue  # the default
+        elif key == "additionalProperties" and value is not False:
+            continue  # the default (None: a nested model's, said once on the tool's schema)
+        elif key == "maximum" and isinstance(value, int | float) and value >= IMPLEMENTATION_BOUND:
+            continue  # a sanity bound no agent meets (validation still refuses past it)
         else:
             out[key] = _simplify(value, definitions)
     return out

@@ -23,10 +23,13 @@ INSTRUCTIONS = (
     "ferrex is your long-term memory. Call stats at the start of a conversation for a brief "
     "overview; call recall before answering questions about past work, known facts or "
     "workflows; call store whenever you learn something worth keeping (events as episodic, "
-    "stable facts as subject/predicate/object, workflows as procedural steps). Every recall "
-    "result carries freshness metadata: treat 'aging' results with care, and 'stale' or "
-    "'superseded' ones as possibly outdated. Use reflect now and then to review stale memories "
-    "and contradictions, and forget to remove what is wrong."
+    "stable facts as subject/predicate/object, workflows as procedural steps). A recall result "
+    "is id, type, content, score (relevance, higher is better) and freshness: treat 'aging' "
+    "results with care, and 'stale' or 'superseded' ones as possibly outdated; contradiction: "
+    "true names the other current values (contradicts); explain=true adds ranking details, and "
+    "stats(detailed=true) says whether the reranker is active. Use reflect now and then: confirm "
+    "what is still true (confirm_ids), fix outdated facts with store(supersedes=id), remove "
+    "wrong memories with forget(ids)."
 )
 
 STORE_DESCRIPTION = (
@@ -106,15 +109,13 @@ STORE_OUTPUT: dict[str, Any] = {
     "properties": {
         "id": {"type": "string"},
         "type": {"type": "string", "enum": _TYPES},
-        "namespace": {"type": "string"},
         "status": {
             "type": "string",
             "enum": ["stored", "duplicate", "superseded", "historical", "contradiction", "ended"],
         },
-        "evicted": {
-            "type": "integer",
-            "description": "Memories evicted by the storage budget or retention after this store",
-        },
+        "superseded": {"type": "array", "items": {"type": "string"}},
+        "contradicts": {"type": "array", "items": {"type": "string"}},
+        "evicted": {"type": "integer"},
     },
     "required": ["id", "type", "status"],
 }
@@ -129,30 +130,19 @@ RECALL_OUTPUT: dict[str, Any] = {
                 "properties": {
                     "id": {"type": "string"},
                     "type": {"type": "string", "enum": _TYPES},
+                    "content": {"type": "string"},
                     "score": {"type": "number"},
-                    "age_days": {"type": "integer"},
-                    "entities": {"type": "array", "items": {"type": "string"}},
-                    "created_at": {"type": "string"},
                     "freshness": _FRESHNESS,
+                    "contradiction": {"type": "boolean"},
+                    "contradicts": {"type": "array", "items": {"type": "string"}},
                 },
-                "required": [
-                    "id",
-                    "type",
-                    "score",
-                    "age_days",
-                    "entities",
-                    "created_at",
-                    "freshness",
-                ],
+                "required": ["id", "type", "content", "score", "freshness"],
             },
         },
-        "count": {"type": "integer"},
-        "reranked": {"type": "boolean"},
-        "score_basis": {"type": "string", "enum": ["rerank", "fused"]},
         "stale_held_back": {"type": "integer"},
         "truncated": {"type": "integer"},
     },
-    "required": ["results", "count", "reranked", "score_basis", "stale_held_back"],
+    "required": ["results"],
 }
 
 FORGET_OUTPUT: dict[str, Any] = {
