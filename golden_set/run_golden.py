@@ -61,11 +61,16 @@ def evaluate(
     per_query = []
     reranked = False
     for query in queries:
-        arguments: dict[str, Any] = {"query": query["query"], "limit": k, "include_stale": True}
+        arguments: dict[str, Any] = {
+            "query": query["query"],
+            "limit": k,
+            "include_stale": True,
+            "explain": True,  # says whether the reranker ordered the results
+        }
         if query.get("types"):
             arguments["types"] = query["types"]
         response = run_tool(service, "recall", arguments)
-        reranked = reranked or response["reranked"]
+        reranked = reranked or response["explain"]["reranked"]
         returned = [key_of.get(r["id"], r["id"]) for r in response["results"]]
         expected = query["expected"]
         found = sum(1 for e in expected if e in returned) / len(expected)
