@@ -9,7 +9,8 @@ That SDK validates a tool result's structured content against the tool's output 
 when ``isError`` is true: an error must carry its code in its text (and no structured content
 that the schema would refuse), or the application sees ``MCP error -32602`` instead of
 ``duplicate``. Both clients are installed by the test into a cache dir
-(``~/.cache/ferrex-tests/npm``, or ``FERREX_TEST_NPM_DIR``) so reruns are fast; the tests skip,
+(``npm`` under ``tests/external_clients.cache_dir()``: ``$FERREX_TEST_CACHE`` or
+``~/.cache/ferrex-tests``) so reruns are fast; the tests skip,
 saying so, only when npm or its registry cannot be reached.
 """
 
@@ -24,6 +25,7 @@ from typing import Any
 
 import pytest
 from tests.conftest import ferrex_command
+from tests.external_clients import cache_dir
 
 SDK = "@modelcontextprotocol/sdk@1.32.2"
 INSPECTOR = "@modelcontextprotocol/inspector@2.12.0"
@@ -45,9 +47,7 @@ def npm_dir() -> Path:
     npm = shutil.which("npm")
     if npm is None or shutil.which("node") is None:
         pytest.skip("node/npm are not installed: the npm-client compatibility tests need them")
-    directory = Path(
-        os.environ.get("FERREX_TEST_NPM_DIR") or Path.home() / ".cache" / "ferrex-tests" / "npm"
-    )
+    directory = cache_dir() / "npm"
     directory.mkdir(parents=True, exist_ok=True)
     if all(_installed(directory, spec) for spec in (SDK, INSPECTOR)):
         return directory
