@@ -349,12 +349,8 @@ def test_a_few_chunked_procedures_cost_no_extra_engine_query(service: MemoryServ
         f"in the runbook, then truncate the {name} log volume"
         for name in SUBSYSTEMS
     ]
-    assert (
-        invoke(service, "store", {"type": "procedural", "name": "archive", "steps": archive})[
-            "chunks"
-        ]
-        > 1
-    )
+    archived = invoke(service, "store", {"type": "procedural", "name": "archive", "steps": archive})
+    assert service.meta.get_memory(archived["id"]).chunk_count > 1
     store_many(
         service,
         [{"content": f"the {s} queue was drained on day {i}"} for i, s in enumerate(SUBSYSTEMS)],

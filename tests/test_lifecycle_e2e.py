@@ -121,7 +121,7 @@ async def test_aged_memories_move_from_fresh_to_aging_to_stale(
             for r in default["results"]
         }  # the timestamps still date the events
         assert event_days == {ids["e10"]: 10, ids["e45"]: 45, ids["e120"]: 120}
-        assert default["stale_held_back"] == 0
+        assert default.get("stale_held_back", 0) == 0
 
     # Recorded when they happened: age the memories while the server is stopped.
     for name, days in (("e10", 10), ("e45", 45), ("e120", 120)):
@@ -133,7 +133,7 @@ async def test_aged_memories_move_from_fresh_to_aging_to_stale(
             ids["e10"]: "fresh",
             ids["e45"]: "aging",
         }
-        assert default["stale_held_back"] == 1
+        assert default.get("stale_held_back", 0) == 1
         everything = await levels(client, outage, types=["episodic"], include_stale=True)
         assert everything[ids["e120"]] == "stale"
         facts = await levels(
@@ -155,7 +155,7 @@ async def test_aged_memories_move_from_fresh_to_aging_to_stale(
         assert [r["id"] for r in default["results"]] == [ids["e10"]]
         assert default["results"][0]["freshness"]["staleness"] == "aging"
         assert default["results"][0]["freshness"]["age_days"] == 50
-        assert default["stale_held_back"] == 2
+        assert default.get("stale_held_back", 0) == 2
         everything = await levels(client, outage, types=["episodic"], include_stale=True)
         assert everything == {ids["e10"]: "aging", ids["e45"]: "stale", ids["e120"]: "stale"}
 
