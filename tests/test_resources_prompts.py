@@ -83,12 +83,13 @@ async def test_resources_are_listed_and_read_what_the_tools_hold(
         assert memory["id"] == event["id"] and memory["type"] == "episodic"
         assert memory["content"] == "the nightly build moved to arm runners"
         assert memory["namespace"] == "work" and memory["freshness"]["staleness"] == "fresh"
-        recalled = (await call(client, "recall", {"query": "tokio", "types": ["semantic"]}))[
-            "results"
-        ][0]
+        question = {"query": "tokio", "types": ["semantic"], "explain": True}
+        recalled = (await call(client, "recall", question))["results"][0]
         as_resource = await read(client, f"ferrex://memory/{fact['id']}")
-        for key in ("id", "type", "content", "subject", "predicate", "object", "confidence"):
+        for key in ("id", "type", "content"):
             assert as_resource[key] == recalled[key]
+        for key in ("subject", "predicate", "object", "confidence"):  # the fact's details
+            assert as_resource[key] == recalled["explain"][key]
         assert (await read(client, f"ferrex://memory/{other['id']}"))["namespace"] == "side"
 
         # A second ferrex on the same data dir (a peer) reads the same through the engine.
