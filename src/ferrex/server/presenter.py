@@ -6,6 +6,7 @@ The one place that decides the shape of every answer; core returns results
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import UTC, datetime
 from typing import Any
@@ -198,6 +199,11 @@ def _details(hit: RecallHit) -> dict[str, Any]:
     return details
 
 
+def _score(score: float) -> float:
+    """Four decimals, rounded down: never above the relevance explain shows, order kept."""
+    return math.floor(score * 10_000) / 10_000
+
+
 def present_hit(hit: RecallHit) -> dict[str, Any]:
     """The design's result (id, type, content, score, freshness) plus what the agent acts on
     for this result: a contradiction and its partners, a past fact's validity interval, a
@@ -207,7 +213,7 @@ def present_hit(hit: RecallHit) -> dict[str, Any]:
         "id": memory.id,
         "type": memory.type.value,
         "content": memory.display_text(),
-        "score": round(hit.score, 4),
+        "score": _score(hit.score),
         "freshness": _freshness(hit),
     }
     if memory.type is MemoryType.EPISODIC:
