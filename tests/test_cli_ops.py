@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 import qdrant_edge as q
 from tests.conftest import ServiceFactory, call, ferrex_command, mcp_client
+from tests.support.typed import stored as stored_outcome
 
 from ferrex.core.ids import point_id
 from ferrex.server.calls import run_tool as invoke
@@ -81,10 +82,10 @@ def store(make_service: ServiceFactory, tmp_path: Path) -> Iterator[Path]:
     steps = [
         f"Open section {i} of the incident report and check every listed item" for i in range(40)
     ]
-    reply = invoke(
-        service, "store", {"type": "procedural", "name": "incident review", "steps": steps}
+    outcome = stored_outcome(
+        service, {"type": "procedural", "name": "incident review", "steps": steps}
     )
-    assert reply.get("chunks", 1) > 1
+    assert outcome.chunks > 1
     service.close()
     yield data_dir
 
