@@ -131,7 +131,7 @@ RECALL_OUTPUT: dict[str, Any] = {
                     "id": {"type": "string"},
                     "type": {"type": "string", "enum": _TYPES},
                     "content": {"type": "string"},
-                    "score": {"type": "number"},
+                    "score": {"type": "number", "minimum": 0, "maximum": 1},
                     "freshness": _FRESHNESS,
                     "contradiction": {"type": "boolean"},
                     "contradicts": {"type": "array", "items": {"type": "string"}},
@@ -141,6 +141,7 @@ RECALL_OUTPUT: dict[str, Any] = {
         },
         "stale_held_back": {"type": "integer"},
         "truncated": {"type": "integer"},
+        "no_results": {"type": "string"},
     },
     "required": ["results"],
 }
