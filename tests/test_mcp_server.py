@@ -529,3 +529,28 @@ def test_a_model_path_that_cannot_load_is_model_unavailable_without_paths_or_tra
     stderr = process.stderr.read()
     assert "Traceback" not in stderr and "internal error" not in stderr
     assert stderr.count("start-up failed") == 1, stderr
+
+
+def test_a_server_closed_while_it_warms_up_exits_cleanly(tmp_path: Path, models_dir: Path) -> None:
+    """The client goes away during start-up (the warm-up thread still loading the model in
+    onnxruntime): the server waits for it and exits 0, never aborting in native code."""
+    import json
+
+    from tests.test_wire import INITIALIZE
+
+    for attempt in range(2):
+        process = _spawn(tmp_path / f"d{attempt}", models_dir)
+        try:
+            assert process.stdin is not None and process.stdout is not None
+            process.stdin.write(json.dumps(INITIALIZE) + "\n")
+            process.stdin.flush()
+            assert json.loads(process.stdout.readline())["id"] == 1
+            process.stdin.close()  # at once: the model is still loading in the background
+            code = process.wait(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+        assert process.stderr is not None
+        err = process.stderr.read()
+        assert code == 0, (code, err[-1500:])
+        assert "terminate called" not in err

@@ -642,7 +642,7 @@ def startup_fields(settings: Settings) -> dict[str, Any]:
 # --------------------------------------------------------------------------- backend
 
 
-def _backend(settings: Settings, explicit_tier: bool) -> Any:
+def _backend(settings: Settings, explicit_tier: bool, *, warm_up: bool = True) -> Any:
     from ferrex.bootstrap import Options, build_service, ensure_data_dir
     from ferrex.runtime.operations import dispatch, hello_request, warn_overridden
     from ferrex.runtime.shared import SharedBackend
@@ -654,6 +654,7 @@ def _backend(settings: Settings, explicit_tier: bool) -> Any:
         dispatch,
         hello=hello_request(settings, explicit_tier),
         on_join=lambda reply, pid: warn_overridden(settings, reply, pid),
+        warm_up=warm_up,
     )
 
 
@@ -739,7 +740,9 @@ def _session(settings: Settings, explicit_tier: bool, work: Callable[[Any], Awai
     Any failure (a refusal such as a model mismatch, an unreadable database, ...) becomes a
     ``CliError`` with one line to show, whether or not a task group wrapped it.
     """
-    backend = _backend(settings, explicit_tier)
+    # No background warm-up: each operation loads what it needs, and nothing is left running
+    # in native code when the command exits.
+    backend = _backend(settings, explicit_tier, warm_up=False)
 
     async def go() -> Any:
         async with anyio.create_task_group() as tasks:

@@ -77,8 +77,13 @@ class SharedBackend:
         dispatch: Callable[[Any, str, dict[str, Any]], Any],
         hello: dict[str, Any] | None = None,
         on_join: JoinCheck | None = None,
+        *,
+        warm_up: bool = True,
     ) -> None:
         self.data_dir = data_dir
+        # A server warms up in the background (model, journal replay, index upkeep, reranker)
+        # so its first call is fast; a one-shot operator command does only what it needs.
+        self.warm_up = warm_up
         self.make_engine = make_engine
         self.dispatch = dispatch
         # Sent to a running engine on joining it: the engine refuses a peer configured for
@@ -161,7 +166,7 @@ class SharedBackend:
         self._server = EngineServer(self.sock, self._serve_peer)
         assert self._task_group is not None
         await self._task_group.start(self._server.serve)
-        warm = getattr(self.engine, "warm_up", None)
+        warm = getattr(self.engine, "warm_up", None) if self.warm_up else None
         if warm is not None:
             self._warm = threading.Thread(target=warm, name="ferrex-warm-up", daemon=True)
             self._warm.start()
@@ -234,18 +239,16 @@ class SharedBackend:
             **({"cause": repr(cause)[:300]} if cause is not None else {}),
         )
 
-    def _index_mode(self) -> str | None:
-        return getattr(getattr(self.engine, "index", None), "mode", None)
-
     async def aclose(self) -> None:
         if self._closing:
             return
         self._closing = True
         if self._server is not None:
             await self._server.aclose()
-        if self._warm is not None and self._warm.is_alive() and self._index_mode() == "sidecar":
-            # gRPC aborts the interpreter at exit while a call is in flight in another thread
-            # (the warm-up creating the collection): let the warm-up finish first.
+        if self._warm is not None and self._warm.is_alive():
+            # Native code aborts the interpreter at exit while another thread is inside it
+            # (onnxruntime building the model's session: "terminate called without an active
+            # exception"; gRPC creating the sidecar's collection): let the warm-up finish first.
             await anyio.to_thread.run_sync(self._warm.join, 60.0)
         if self._connection is not None:
             await self._connection.aclose()
