@@ -156,11 +156,15 @@ def test_invalid_utf8_or_a_lone_surrogate_in_a_parameter_is_refused_and_stores_n
         assert reply["id"] == 20 + n, reply
         result = reply["result"]
         assert result["isError"] is True, reply
-        error = result["structuredContent"]["error"]
+        # Like every tool error: the JSON text only, no structured content to fail a client's
+        # output-schema check.
+        assert "structuredContent" not in result, reply
+        error = json.loads(result["content"][0]["text"])["error"]
         assert error["code"] == "invalid_params" and error["field"] == field, error
         assert "UTF-8" in error["message"] and "Nothing was stored" in error["message"]
     wire.send_bytes(tool_call(40, "recall", b'{"query":"build \xff"}'))
-    assert wire.receive()["result"]["structuredContent"]["error"]["code"] == "invalid_params"
+    refused = wire.receive()["result"]
+    assert json.loads(refused["content"][0]["text"])["error"]["code"] == "invalid_params"
     wire.send_bytes(tool_call(41, "stats", b"{}"))
     assert wire.receive()["result"]["structuredContent"]["total"] == 0
     # Valid UTF-8 (non-ASCII included) is stored as sent.

@@ -117,12 +117,12 @@ class CheckedLines:
 
     async def _send_tool_error(self, request_id: int | str, error: FerrexError) -> None:
         await self._ready.wait()
+        # The same shape as every tool error (server/app.py ``tool_error``): JSON text, no
+        # structured content (a client checks that against the tool's output schema).
         payload = {"error": error.to_dict()}
-        text = json.dumps(payload, ensure_ascii=False)
+        text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
         result = types.CallToolResult(
-            content=[types.TextContent(type="text", text=text)],
-            structured_content=payload,
-            is_error=True,
+            content=[types.TextContent(type="text", text=text)], is_error=True
         )
         reply = types.JSONRPCResponse(
             jsonrpc="2.0",
