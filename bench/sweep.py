@@ -10,7 +10,11 @@ question twice — ``limit`` 10 and the deep call (LoCoMo 200, SciFact 100) — 
 ``retrieval.min_score`` 0 and ``explain``, and applies relevance floors afterwards: a floor
 ``f`` drops the results whose base score (relevance, before the recency boost) is below ``f``,
 which is what the service returns with ``retrieval.min_score = f`` (the floor is applied before
-the limit cut). Prints, per variant, the metrics at every floor (the trade-off curve).
+the limit cut). The answer gate (``retrieval.answer_gate``) is off in the service and applied
+afterwards the same way: a question whose deep candidates' best relevance and best cosine are
+both under ``--gate R,C`` (default: the configured gate; ``0,0`` for none) gets no result at
+any floor. Prints, per variant, the metrics at every floor (the trade-off curve) and how many
+questions the gate left without an answer.
 
 ``--dump`` writes every deep candidate's evidence (cosine, normalised BM25) and label for
 ``bench/calibrate.py``.
@@ -84,6 +88,18 @@ def floored(ranked: Sequence[tuple[str, float, Any]], floor: float) -> list[str]
     return [mid for mid, base, _ in ranked if base >= floor]
 
 
+def gate_passes(ranked: Sequence[tuple[str, float, Any]], gate: tuple[float, float]) -> bool:
+    """What the service's answer gate decides on this question's candidates."""
+    from ferrex.config import AnswerGate
+    from ferrex.core.relevance import answers
+
+    best_relevance = max((e.get("relevance") or 0.0 for _, _, e in ranked), default=0.0)
+    best_cosine = max((e.get("cosine") or 0.0 for _, _, e in ranked), default=0.0)
+    return bool(ranked) and answers(
+        best_relevance, best_cosine, AnswerGate(relevance=gate[0], cosine=gate[1])
+    )
+
+
 def run(args: argparse.Namespace) -> None:
     variants = [parse_variant(v) for v in args.variant] or [("product", [])]
     with tempfile.TemporaryDirectory(prefix="ferrex-sweep-") as tmp:
@@ -126,15 +142,32 @@ def run(args: argparse.Namespace) -> None:
             print(f"stored in {time.perf_counter() - started:.1f} s", file=sys.stderr)
             rb.set_mode(service, "hybrid", 0)
             base = service.settings.retrieval.model_copy(deep=True)
+            configured = base.answer_gate
+            gate = args.gate or (configured.relevance, configured.cosine)
             dump: list[dict[str, Any]] = []
             results: dict[str, Any] = {}
             for name, overrides in variants:
-                apply(service, base, [("retrieval.min_score", 0.0), *overrides])
+                apply(
+                    service,
+                    base,
+                    [
+                        ("retrieval.min_score", 0.0),
+                        ("retrieval.answer_gate.relevance", 0.0),
+                        ("retrieval.answer_gate.cosine", 0.0),
+                        *overrides,
+                    ],
+                )
                 t0 = time.perf_counter()
                 tops, deeps = [], []
+                gated = 0
                 for arguments, _, _ in items:
-                    tops.append(ask(service, {**arguments, "limit": rb.TOP_K}))
-                    deeps.append(ask(service, {**arguments, "limit": deep}))
+                    top = ask(service, {**arguments, "limit": rb.TOP_K})
+                    long = ask(service, {**arguments, "limit": deep})
+                    if not gate_passes(long, gate):
+                        top, long = [], []
+                        gated += 1
+                    tops.append(top)
+                    deeps.append(long)
                 seconds = time.perf_counter() - t0
                 curve = []
                 for floor in args.floors:
@@ -165,8 +198,15 @@ def run(args: argparse.Namespace) -> None:
                         row = {"floor": floor, "nDCG@10": ndcg, "R@100": r100}
                     row["results/query"] = rb.mean(len(floored(t, floor)) for t in tops)
                     curve.append(row)
-                results[name] = {"overrides": overrides, "curve": curve, "seconds": seconds}
+                results[name] = {
+                    "overrides": overrides,
+                    "curve": curve,
+                    "seconds": seconds,
+                    "gate": gate,
+                    "gated": gated,
+                }
                 print_curve(name, overrides, curve, seconds)
+                print(f"answer gate {gate}: {gated} of {len(items)} questions get no result")
                 if args.dump and not dump:
                     for (arguments, labels, _), long in zip(items, deeps, strict=True):
                         dump.append(
@@ -206,6 +246,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("dataset", choices=["locomo", "beir"])
     parser.add_argument("--variant", action="append", default=[], help="name:key=value,...")
     parser.add_argument("--floors", type=rb.numbers(float), default=FLOORS)
+    parser.add_argument(
+        "--gate", type=rb.numbers(float), default=None, help="R,C (default: the configured gate)"
+    )
     parser.add_argument("--dump", default=None)
     parser.add_argument("--out", default=None)
     parser.add_argument("--limit-conversations", type=int, default=None)

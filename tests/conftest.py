@@ -52,10 +52,13 @@ def make_settings(data_dir: Path, models_dir: Path, **overrides: Any) -> Setting
         "offline": True,
         "models_dir": str(models_dir),
         "rerank": False,
-        # In-process services return every candidate, as before the relevance floor: these
-        # tests check filters, budgets, limits and ordering on tiny made-up stores. The floor
-        # itself is tested through MCP with the real defaults (test_relevance_floor.py).
+        # In-process services return every candidate, as before the relevance floor and the
+        # answer gate: these tests check filters, budgets, limits and ordering on tiny made-up
+        # stores. Floor and gate are tested through MCP with the real defaults
+        # (test_relevance_floor.py).
         "retrieval.min_score": 0.0,
+        "retrieval.answer_gate.relevance": 0.0,
+        "retrieval.answer_gate.cosine": 0.0,
     }
     cli.update(overrides)
     settings, _ = load_settings(cli=cli, environ={})
@@ -125,9 +128,11 @@ def server_params(
         "FERREX_MODELS_DIR": str(models_dir),
         "FERREX_OFFLINE": "1",
         "FERREX_LOG": "warning",
-        # Full pages, as before the relevance floor (see make_settings); the floor's own test
-        # passes the default explicitly.
+        # Full pages, as before the relevance floor and the answer gate (see make_settings);
+        # their own test passes the defaults explicitly.
         "FERREX_RETRIEVAL__MIN_SCORE": "0",
+        "FERREX_RETRIEVAL__ANSWER_GATE__RELEVANCE": "0",
+        "FERREX_RETRIEVAL__ANSWER_GATE__COSINE": "0",
     }
     environment.update(env)
     arguments = list(args)

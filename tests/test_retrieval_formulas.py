@@ -146,6 +146,24 @@ def test_bm25_norm_is_on_the_store_scale() -> None:
     assert bm25_norm(5.0, 0, 100) == 0.0
 
 
+def test_the_answer_gate_needs_one_kind_of_evidence_at_its_boundary() -> None:
+    from ferrex.config import AnswerGate
+    from ferrex.core.relevance import answers
+
+    gate = AnswerGate()
+    assert (gate.relevance, gate.cosine) == (0.4, 0.3)
+    assert answers(0.4, 0.0, gate) and answers(0.0, 0.3, gate)  # at either boundary: answers
+    assert answers(0.9, 0.1, gate) and answers(0.05, 0.36, gate)
+    assert not answers(0.3999, 0.2999, gate)  # just under both: nothing answers
+    # The tests' store: the bazel question's best candidate shares only "cache" with it.
+    assert not answers(0.377, 0.243, gate)
+    off = AnswerGate(relevance=0, cosine=0)
+    assert answers(0.0, 0.0, off)
+    only_relevance = AnswerGate(relevance=0.5, cosine=0)
+    assert not answers(0.49, 0.99, only_relevance)  # cosine 0 disables that half only
+    assert answers(0.5, 0.0, only_relevance)
+
+
 def test_boost_is_normalised_and_never_lifts_a_memory_over_the_floor() -> None:
     from ferrex.core.relevance import max_boost
 

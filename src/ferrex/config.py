@@ -147,6 +147,17 @@ class RelevanceModel(_Section):
     bm25: float = 8.730
 
 
+class AnswerGate(_Section):
+    """Whether a recall has an answer at all (core/relevance.py ``answers``): its best
+    candidate must reach ``relevance`` (the calibrated score) or ``cosine`` (dense evidence
+    alone, for a paraphrase sharing no word with the query). A 0 turns that half off; two 0s
+    turn the gate off. Used without a cross-encoder, whose probability the ``min_score`` floor
+    already judges."""
+
+    relevance: float = Field(default=0.4, ge=0, le=1)
+    cosine: float = Field(default=0.3, ge=0, le=1)
+
+
 class NeighbourConfig(_Section):
     """Context neighbours (core/neighbours.py); weight 0 turns them off."""
 
@@ -184,6 +195,8 @@ class RetrievalConfig(_Section):
     # Results whose relevance (before the recency boost) is below this are not returned: limit
     # is a maximum. 0 returns every candidate. Chosen on LoCoMo / SciFact dev (docs/recall.md).
     min_score: float = Field(default=0.1, ge=0, le=1)
+    # A recall whose best candidate is weak on both kinds of evidence answers nothing.
+    answer_gate: AnswerGate = Field(default_factory=AnswerGate)
     # How candidates are ordered without a cross-encoder: "relevance" (the calibrated score,
     # a score fusion of cosine and BM25) or "rrf" (reciprocal-rank fusion, k = rrf_k).
     fusion: Literal["relevance", "rrf"] = "relevance"

@@ -73,7 +73,8 @@ class CachedRecall:
     rerank_scores: dict[str, float] = field(default_factory=dict)
     # Memories the BM25 channel ranked but the relative floor kept out of the fusion (explain).
     below_bm25_floor: frozenset[str] = frozenset()
-    # Calibrated relevance by memory id (core/relevance.py), and its evidence for explain:
+    # Calibrated relevance by memory id (core/relevance.py), and its evidence (explain, the
+    # answer gate):
     # (cosine, raw BM25, normalised BM25), None where a channel did not return the memory.
     relevance: dict[str, float] = field(default_factory=dict)
     evidence: dict[str, tuple[float | None, float | None, float]] = field(default_factory=dict)

@@ -23,7 +23,7 @@ from ferrex.core.ports import (
     SparseVec,
     Vector,
 )
-from ferrex.core.relevance import max_boost, relevance_of
+from ferrex.core.relevance import answers, max_boost, relevance_of
 from ferrex.core.requests import RecallRequest
 from ferrex.core.results import RecallHit, RecallResult
 from ferrex.core.retrieval import (
@@ -169,8 +169,20 @@ class Recall:
             memory = rows[candidate.memory_id]
             return recency_boost(memory.type, age_days(memory, now), self.settings.recency)
 
+        # The question itself: without a cross-encoder, a best candidate weak on both kinds of
+        # evidence means nothing here answers it (stale candidates count: they are held back,
+        # not irrelevant).
+        gated: tuple[float, float] | None = None
+        pool = [*candidates, *stale]
+        if not use_rerank and pool:
+            best_relevance = max(c.relevance for c in pool)
+            best_cosine = max(
+                cached.evidence.get(c.memory_id, (None, None, 0.0))[0] or 0.0 for c in pool
+            )
+            if not answers(best_relevance, best_cosine, cfg.answer_gate):
+                gated = (best_relevance, best_cosine)
         ordered, basis = order_candidates(
-            candidates,
+            [] if gated is not None else candidates,
             rerank_top_n=cfg.rerank_top_n,
             rerank=rerank if use_rerank else None,
             boost_of=boost,
@@ -180,7 +192,7 @@ class Recall:
             by_relevance=cfg.mode == "hybrid" and cfg.fusion == "relevance",
         )
         selected = ordered[:limit]
-        held = self._held_back(candidates, stale, limit, boost)
+        held = set() if gated is not None else self._held_back(candidates, stale, limit, boost)
         truncated = 0
         tokens_used = None
         if request.max_tokens is not None:
@@ -236,14 +248,21 @@ class Recall:
             tokens=tokens_used if request.max_tokens is not None else None,
             unresolved_entities=unresolved,
             cache_hit=cache_hit if request.explain else None,
-            no_results=None
-            if hits
-            else (
-                f"no memory is relevant enough (min_score {cfg.min_score:g})"
-                if candidates and cfg.min_score > 0
-                else "no memory matches"
-            ),
+            no_results=None if hits else self._no_results(bool(candidates), gated),
         )
+
+    def _no_results(self, had_candidates: bool, gated: tuple[float, float] | None) -> str:
+        """Why an answer is empty, in one short line."""
+        cfg = self.settings.retrieval
+        if gated is not None:
+            gate = cfg.answer_gate
+            return (
+                f"nothing relevant: the best match has relevance {gated[0]:.2f} and cosine "
+                f"{gated[1]:.2f} (an answer needs {gate.relevance:g} or {gate.cosine:g})"
+            )
+        if had_candidates and cfg.min_score > 0:
+            return f"no memory is relevant enough (min_score {cfg.min_score:g})"
+        return "no memory matches"
 
     def _query_vector(self, query: str) -> Vector:
         key = (self.embedder.info.pin, query)
@@ -345,7 +364,7 @@ class Recall:
             ],
             below_bm25_floor=below_floor,
             relevance={mid: value for mid, (value, _) in scored.items()},
-            evidence={mid: evidence for mid, (_, evidence) in scored.items()} if explain else {},
+            evidence={mid: evidence for mid, (_, evidence) in scored.items()},
             joined=joined,
         )
 
