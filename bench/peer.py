@@ -37,6 +37,7 @@ from mcp import Client, StdioServerParameters  # noqa: E402
 from corpus import queries  # noqa: E402
 from ferrex.embed.models import prepare_bundled_model  # noqa: E402
 from ferrex.logs import configure  # noqa: E402
+from ferrex.server.calls import run_tool  # noqa: E402
 from latency import ferrex_params, minimal_params, ratio, summary  # noqa: E402
 from stores import cache_root, cached_store, copy_store, open_service  # noqa: E402
 
@@ -105,9 +106,15 @@ async def fill_peer(venv: Path, data: Path, texts: list[str]) -> float:
 
 
 async def side_by_side(
-    ferrex_data: Path, peer: StdioServerParameters, texts: list[str], tier: str, embed: Any
+    ferrex_data: Path,
+    peer: StdioServerParameters,
+    texts: list[str],
+    tier: str,
+    embed: Any,
+    in_process: Any,
 ) -> dict[str, Any]:
-    samples: dict[str, list[float]] = {k: [] for k in ("ferrex", "peer", "sdk", "embed_query")}
+    names = ("ferrex", "peer", "sdk", "embed_query", "ferrex_in_process")
+    samples: dict[str, list[float]] = {k: [] for k in names}
     sizes: dict[str, list[int]] = {"ferrex": [], "peer": []}
     async with (
         Client(ferrex_params(ferrex_data, tier), mode="legacy") as ferrex,
@@ -132,6 +139,9 @@ async def side_by_side(
             start = time.perf_counter()
             embed(text)
             samples["embed_query"].append(time.perf_counter() - start)
+            start = time.perf_counter()
+            in_process(text)
+            samples["ferrex_in_process"].append(time.perf_counter() - start)
             for name, result in (("ferrex", mine), ("peer", theirs)):
                 if result.is_error:
                     raise RuntimeError(f"{name} failed: {result.content}")
@@ -167,6 +177,14 @@ def main() -> int:
         shutil.copytree(peer_data / "qdrant", work / "peer")
         embedder_dir = copy_store(cached, work / "embedder")
         service = open_service(embedder_dir, args.model_tier)  # the query-embedding floor
+        service.cache.enabled = False  # as the MCP server in this run (latency.ferrex_params)
+
+        def in_process(text: str) -> None:
+            # The same recall without MCP: the difference is what the transport costs. The
+            # query differs from the MCP call's by one character so that no query-embedding
+            # cache can serve it.
+            run_tool(service, "recall", {"query": text + "?", "limit": 10})
+
         try:
             result = asyncio.run(
                 side_by_side(
@@ -175,6 +193,7 @@ def main() -> int:
                     questions,
                     args.model_tier,
                     service.embedder.embed_query,
+                    in_process,
                 )
             )
         finally:
@@ -194,7 +213,8 @@ def main() -> int:
     versus = ratio(result["ferrex"]["p50"], result["peer"]["p50"])
     print(
         f"\nfloors: query embedding {result['embed_query']['p50']:.2f} ms, SDK round trip "
-        f"{result['sdk']['p50']:.2f} ms; ferrex ÷ peer {versus}"
+        f"{result['sdk']['p50']:.2f} ms; ferrex ÷ peer {versus}; ferrex in-process recall "
+        f"{result['ferrex_in_process']['p50']:.2f} ms (the rest of its MCP time is transport)"
     )
     out = BENCH / "results"
     out.mkdir(exist_ok=True)
