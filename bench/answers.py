@@ -93,7 +93,9 @@ async def measure(src: Path) -> dict[str, Any]:
             content = sum(len(json.dumps(r["content"], ensure_ascii=False)) for r in results)
             sizes["recall"] = len(text)
             sizes["recall results"] = len(results)
-            sizes["recall per result beyond content"] = round((len(text) - content) / len(results))
+            sizes["recall per result beyond content"] = (
+                round((len(text) - content) / len(results)) if results else None
+            )
             sizes["stats"] = len(text_of(await client.call_tool("stats", {})))
             detailed = await client.call_tool("stats", {"detailed": True})
             sizes["stats detailed"] = len(text_of(detailed))
@@ -113,7 +115,9 @@ def main() -> int:
     label = args.label or str(args.src)
     print("| code | " + " | ".join(sizes) + " |")
     print("|---" * (len(sizes) + 1) + "|")
-    print(f"| {label} | " + " | ".join(f"{v:,}" for v in sizes.values()) + " |")
+    print(
+        f"| {label} | " + " | ".join("—" if v is None else f"{v:,}" for v in sizes.values()) + " |"
+    )
     return 0
 
 

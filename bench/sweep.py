@@ -95,9 +95,9 @@ def gate_passes(ranked: Sequence[tuple[str, float, Any]], gate: tuple[float, flo
 
     best_relevance = max((e.get("relevance") or 0.0 for _, _, e in ranked), default=0.0)
     best_cosine = max((e.get("cosine") or 0.0 for _, _, e in ranked), default=0.0)
-    return bool(ranked) and answers(
-        best_relevance, best_cosine, AnswerGate(relevance=gate[0], cosine=gate[1])
-    )
+    if not ranked:
+        return gate[0] <= 0 and gate[1] <= 0  # the service gates only a non-empty pool
+    return answers(best_relevance, best_cosine, AnswerGate(relevance=gate[0], cosine=gate[1]))
 
 
 def run(args: argparse.Namespace) -> None:
@@ -158,11 +158,12 @@ def run(args: argparse.Namespace) -> None:
                     ],
                 )
                 t0 = time.perf_counter()
-                tops, deeps = [], []
+                tops, deeps, ungated = [], [], []
                 gated = 0
                 for arguments, _, _ in items:
                     top = ask(service, {**arguments, "limit": rb.TOP_K})
                     long = ask(service, {**arguments, "limit": deep})
+                    ungated.append(long)  # --dump: every question's candidates, for calibration
                     if not gate_passes(long, gate):
                         top, long = [], []
                         gated += 1
@@ -208,7 +209,7 @@ def run(args: argparse.Namespace) -> None:
                 print_curve(name, overrides, curve, seconds)
                 print(f"answer gate {gate}: {gated} of {len(items)} questions get no result")
                 if args.dump and not dump:
-                    for (arguments, labels, _), long in zip(items, deeps, strict=True):
+                    for (arguments, labels, _), long in zip(items, ungated, strict=True):
                         dump.append(
                             {
                                 "query": arguments["query"],

@@ -226,3 +226,24 @@ async def test_scores_are_relevance_and_the_floor_drops_what_nothing_answers(
         assert explain["cosine"] is not None and explain["bm25_norm"] > 0
         assert top["score"] <= explain["relevance"] + 1e-9
         await anyio.sleep(0)
+
+
+def test_the_gate_judges_hybrid_recalls_only(make_service: Any) -> None:
+    """Its thresholds are set on both channels' evidence: a single-channel mode (where the
+    cosine would be missing unless ``explain`` fetched it) is judged by the floor alone."""
+    from ferrex.server.calls import run_tool
+
+    gate = {"retrieval.answer_gate.relevance": 0.4, "retrieval.answer_gate.cosine": 0.3}
+    hybrid = make_service(**gate)
+    lexical = make_service(**gate, **{"retrieval.mode": "bm25"})
+    for service in (hybrid, lexical):
+        for key in ("outage", "leak", "cost"):
+            assert run_tool(service, "store", MEMORIES[key])["status"] == "stored"
+    question = {"query": "How is the bazel remote build cache configured?", "limit": 5}
+    gated = run_tool(hybrid, "recall", question)
+    assert gated["results"] == [] and gated["no_results"].startswith("nothing relevant")
+    plain = run_tool(lexical, "recall", question)
+    assert "nothing relevant" not in str(plain.get("no_results"))
+    assert plain["results"] and plain["results"][0]["content"].startswith("The checkout page")
+    # explain never changes the answer of a hybrid recall
+    assert run_tool(hybrid, "recall", {**question, "explain": True})["results"] == []

@@ -151,8 +151,8 @@ class AnswerGate(_Section):
     """Whether a recall has an answer at all (core/relevance.py ``answers``): its best
     candidate must reach ``relevance`` (the calibrated score) or ``cosine`` (dense evidence
     alone, for a paraphrase sharing no word with the query). A 0 turns that half off; two 0s
-    turn the gate off. Used without a cross-encoder, whose probability the ``min_score`` floor
-    already judges."""
+    turn the gate off. Used in hybrid mode without a cross-encoder (whose probability the
+    ``min_score`` floor already judges)."""
 
     relevance: float = Field(default=0.4, ge=0, le=1)
     cosine: float = Field(default=0.3, ge=0, le=1)

@@ -172,9 +172,12 @@ class Recall:
         # The question itself: without a cross-encoder, a best candidate weak on both kinds of
         # evidence means nothing here answers it (stale candidates count: they are held back,
         # not irrelevant).
+        # Hybrid only: its thresholds are set on the two channels' evidence together (a single
+        # channel would be judged on half of it, and ``explain`` fetches the other one).
         gated: tuple[float, float] | None = None
         pool = [*candidates, *stale]
-        if not use_rerank and pool:
+        cross_encoder = self.reranker.available and cfg.rerank_top_n > 0
+        if not cross_encoder and cfg.mode == "hybrid" and pool:
             best_relevance = max(c.relevance for c in pool)
             best_cosine = max(
                 cached.evidence.get(c.memory_id, (None, None, 0.0))[0] or 0.0 for c in pool

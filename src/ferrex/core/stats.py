@@ -141,7 +141,8 @@ class Stats:
                 "model": reranker.name,
                 "reason": reranker.unavailable_reason
                 or (
-                    "not loaded yet (checked in the background at start-up)"
+                    "not loaded yet (a server checks it in the background at start-up; "
+                    "a recall loads it)"
                     if deps.settings.rerank and not reranker.available
                     else None
                 ),

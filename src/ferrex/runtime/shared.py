@@ -239,17 +239,22 @@ class SharedBackend:
             **({"cause": repr(cause)[:300]} if cause is not None else {}),
         )
 
-    async def aclose(self) -> None:
+    async def aclose(self, *, wait_for_warm_up: bool = True) -> None:
+        """Close this process's side. ``wait_for_warm_up=False`` when the process leaves with
+        ``os._exit`` next (signals, fatal start-up), which skips the interpreter teardown."""
         if self._closing:
             return
         self._closing = True
-        if self._server is not None:
-            await self._server.aclose()
-        if self._warm is not None and self._warm.is_alive():
+        if wait_for_warm_up and self._warm is not None and self._warm.is_alive():
             # Native code aborts the interpreter at exit while another thread is inside it
             # (onnxruntime building the model's session: "terminate called without an active
-            # exception"; gRPC creating the sidecar's collection): let the warm-up finish first.
+            # exception"; gRPC creating the sidecar's collection): let the warm-up finish
+            # first, still serving peers meanwhile.
             await anyio.to_thread.run_sync(self._warm.join, 60.0)
+            if self._warm.is_alive():
+                log.warning("closing while the start-up work is still running (over 60 s)")
+        if self._server is not None:
+            await self._server.aclose()
         if self._connection is not None:
             await self._connection.aclose()
         if self.engine is not None:

@@ -165,7 +165,7 @@ async def serve_stdio(
             # blocks in a thread that cancellation cannot interrupt, so exit explicitly.
             on_fatal(exc)
             with anyio.CancelScope(shield=True):
-                await backend.aclose()
+                await backend.aclose(wait_for_warm_up=False)
             sys.stderr.flush()
             os._exit(_exit_status(exc))
         finally:
@@ -179,7 +179,7 @@ async def serve_stdio(
                 # The stdio reader blocks in a thread that cancellation cannot interrupt: close
                 # the store cleanly (in-flight writes finish first), then leave.
                 with anyio.CancelScope(shield=True):
-                    await backend.aclose()
+                    await backend.aclose(wait_for_warm_up=False)
                 log.info("ferrex stopped")
                 sys.stderr.flush()
                 os._exit(0)

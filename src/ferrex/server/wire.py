@@ -120,7 +120,7 @@ class CheckedLines:
         # The same shape as every tool error (server/app.py ``tool_error``): JSON text, no
         # structured content (a client checks that against the tool's output schema).
         payload = {"error": error.to_dict()}
-        text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+        text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), default=str)
         result = types.CallToolResult(
             content=[types.TextContent(type="text", text=text)], is_error=True
         )
