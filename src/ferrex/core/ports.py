@@ -159,6 +159,17 @@ class VectorIndex(Protocol):
         """Dense and BM25 candidates of one query, fetched in ONE engine call (a query batch)."""
         ...
 
+    def search_batch(
+        self,
+        dense: Vector,
+        sparse: SparseVec,
+        searches: Sequence[tuple[str, IndexFilter, int]],
+        hnsw_ef: int,
+    ) -> list[list[IndexHit]]:
+        """Several searches of one query, ("dense" | "sparse", filter, limit) each, in ONE
+        engine call; one list of hits per search, in order."""
+        ...
+
     def dense_search(
         self, dense: Vector, flt: IndexFilter, limit: int, hnsw_ef: int
     ) -> list[IndexHit]: ...

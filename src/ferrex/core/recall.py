@@ -117,11 +117,52 @@ class Recall:
             cached = self._retrieve(request.query, vector, flt, prefetch, request.explain)
             self.cache.put(key, cached)
 
-        rows = self.meta.get_memories([entry[0] for entry in cached.fused])
+        if self.settings.rerank and not self.reranker.available:
+            self.reranker.load()
+        cross_encoder = self.reranker.available and cfg.rerank_top_n > 0
+        scale = max_boost(self.settings.recency)
+
+        # The question itself, on every candidate's evidence (stale ones count: they are held
+        # back, not irrelevant): without a cross-encoder, a best candidate weak on both kinds
+        # of evidence means nothing here answers it. Hybrid only: its thresholds are set on
+        # both channels' evidence (one channel would be judged on half of it, and ``explain``
+        # fetches the other one).
+        gated: tuple[float, float] | None = None
+        if not cross_encoder and cfg.mode == "hybrid" and cached.fused:
+            best_relevance = max(cached.relevance.get(e[0], 0.0) for e in cached.fused)
+            best_cosine = max(
+                cached.evidence.get(e[0], (None, None, 0.0))[0] or 0.0 for e in cached.fused
+            )
+            if not answers(best_relevance, best_cosine, cfg.answer_gate):
+                gated = (best_relevance, best_cosine)
+
+        # Candidates arrive by relevance (score fusion, no cross-encoder): one under the floor
+        # is never returned, nor one whose relevance is under the page's lowest possible score
+        # (its ``limit``-th candidate's relevance / the largest boost), as a boost is at most
+        # that. Rows are read and assessed only up to there.
+        prunable = not cross_encoder and cfg.mode == "hybrid" and cfg.fusion == "relevance"
+        entries = [] if gated is not None else cached.fused
+        rows: dict[str, Memory] = {}
+        fetched: set[str] = set()
         candidates: list[Candidate] = []
         freshness: dict[str, Freshness] = {}
         stale: list[Candidate] = []
-        for rank, (memory_id, score, dense_rank, bm25_rank) in enumerate(cached.fused, start=1):
+        floored = False
+        chunk = limit + 8
+        for rank, (memory_id, score, dense_rank, bm25_rank) in enumerate(entries, start=1):
+            relevance = cached.relevance.get(memory_id, 0.0)
+            if prunable:
+                if relevance < cfg.min_score:
+                    floored = True
+                    break
+                if len(candidates) >= limit and relevance < candidates[limit - 1].relevance / scale:
+                    break
+            if memory_id not in fetched:
+                span = entries[rank - 1 : rank - 1 + chunk] if prunable else entries
+                wanted = [e[0] for e in span if e[0] not in fetched]
+                rows.update(self.meta.get_memories(wanted))
+                fetched.update(wanted)
+                chunk *= 2
             memory = rows.get(memory_id)
             if memory is None or memory.namespace != namespace:
                 continue  # a row deleted mid-flight, or (never) another namespace
@@ -131,7 +172,7 @@ class Recall:
                 continue  # a neighbour of another type than the recall asked for
             fresh = assess(memory, now, self.settings.staleness)
             candidate = Candidate(memory_id, score, rank, dense_rank, bm25_rank)
-            candidate.relevance = cached.relevance.get(memory_id, 0.0)
+            candidate.relevance = relevance
             if request.explain and memory_id in cached.evidence:
                 cosine, bm25, bm25_normed = cached.evidence[memory_id]
                 candidate.extra.update(
@@ -150,10 +191,7 @@ class Recall:
             freshness[memory_id] = fresh
             candidates.append(candidate)
 
-        use_rerank = self.reranker.available and cfg.rerank_top_n > 0 and bool(candidates)
-        if self.settings.rerank and not self.reranker.available:
-            self.reranker.load()
-            use_rerank = self.reranker.available and cfg.rerank_top_n > 0 and bool(candidates)
+        use_rerank = cross_encoder and bool(candidates)
 
         def rerank(head: Sequence[Candidate]) -> list[float]:
             missing = [c for c in head if c.memory_id not in cached.rerank_scores]
@@ -169,28 +207,13 @@ class Recall:
             memory = rows[candidate.memory_id]
             return recency_boost(memory.type, age_days(memory, now), self.settings.recency)
 
-        # The question itself: without a cross-encoder, a best candidate weak on both kinds of
-        # evidence means nothing here answers it (stale candidates count: they are held back,
-        # not irrelevant).
-        # Hybrid only: its thresholds are set on the two channels' evidence together (a single
-        # channel would be judged on half of it, and ``explain`` fetches the other one).
-        gated: tuple[float, float] | None = None
-        pool = [*candidates, *stale]
-        cross_encoder = self.reranker.available and cfg.rerank_top_n > 0
-        if not cross_encoder and cfg.mode == "hybrid" and pool:
-            best_relevance = max(c.relevance for c in pool)
-            best_cosine = max(
-                cached.evidence.get(c.memory_id, (None, None, 0.0))[0] or 0.0 for c in pool
-            )
-            if not answers(best_relevance, best_cosine, cfg.answer_gate):
-                gated = (best_relevance, best_cosine)
         ordered, basis = order_candidates(
-            [] if gated is not None else candidates,
+            candidates,
             rerank_top_n=cfg.rerank_top_n,
             rerank=rerank if use_rerank else None,
             boost_of=boost,
             base_k=cfg.fused_base_k,
-            max_boost=max_boost(self.settings.recency),
+            max_boost=scale,
             min_score=cfg.min_score,
             by_relevance=cfg.mode == "hybrid" and cfg.fusion == "relevance",
         )
@@ -251,7 +274,7 @@ class Recall:
             tokens=tokens_used if request.max_tokens is not None else None,
             unresolved_entities=unresolved,
             cache_hit=cache_hit if request.explain else None,
-            no_results=None if hits else self._no_results(bool(candidates), gated),
+            no_results=None if hits else self._no_results(bool(candidates) or floored, gated),
         )
 
     def _no_results(self, had_candidates: bool, gated: tuple[float, float] | None) -> str:
@@ -380,25 +403,33 @@ class Recall:
         sparse: SparseVec,
         flt: IndexFilter,
     ) -> tuple[list[IndexHit], list[IndexHit]]:
-        """Each channel's score for the candidates the other channel found (one small filtered
-        query per channel), so every candidate's relevance uses its real cosine and BM25."""
+        """Each channel's score for the candidates the other channel found (one filtered
+        search per channel, both in one engine call), so every candidate's relevance uses its
+        real cosine and BM25."""
         cfg = self.settings.retrieval
-        out = []
-        for hits, search in (
-            (
-                dense_hits,
-                lambda f, n: self.index.dense_search(vector, f, n, cfg.hnsw_ef),
-            ),
-            (bm25_hits, lambda f, n: self.index.sparse_search(sparse, f, n)),
-        ):
+        channels = (("dense", dense_hits), ("sparse", bm25_hits))
+        missing: dict[str, tuple[str, ...]] = {}
+        for channel, hits in channels:
             have = {hit.memory_id for hit in hits}
-            missing = tuple(sorted(m for m in memory_ids if m not in have))
-            if not missing or (hits is bm25_hits and not sparse):
-                out.append(hits)
-                continue
-            found = search(replace(flt, memory_ids=missing), 4 * len(missing))
-            out.append([*hits, *best_chunk_per_memory(found, len(missing))])
-        return out[0], out[1]
+            ids = tuple(sorted(m for m in memory_ids if m not in have))
+            if ids and (channel == "dense" or sparse):
+                missing[channel] = ids
+        searches = [
+            (channel, replace(flt, memory_ids=ids), 4 * len(ids))
+            for channel, ids in missing.items()
+        ]
+        found = dict(
+            zip(
+                missing, self.index.search_batch(vector, sparse, searches, cfg.hnsw_ef), strict=True
+            )
+        )
+        dense_out, bm25_out = (
+            [*hits, *best_chunk_per_memory(found[channel], len(missing[channel]))]
+            if channel in found
+            else hits
+            for channel, hits in channels
+        )
+        return dense_out, bm25_out
 
     def _feedback_query(
         self, sparse: SparseVec, dense_hits: list[IndexHit], bm25_hits: list[IndexHit]

@@ -161,32 +161,47 @@ class EdgeIndex:
         hnsw_ef: int,
     ) -> tuple[list[IndexHit], list[IndexHit]]:
         """Dense and BM25 candidates in ONE engine call (a query batch); core fuses them."""
-        if self._shard is None:
-            return [], []
-        edge_filter = _filter(flt)
-        requests = [
-            q.QueryRequest(
-                limit=prefetch,
-                query=q.Query.Nearest([float(x) for x in dense], using=DENSE),
-                filter=edge_filter,
-                params=q.SearchParams(hnsw_ef=hnsw_ef),
-                with_payload=_RETURNED_FIELDS,
-            )
-        ]
-        if sparse:
-            requests.append(
-                q.QueryRequest(
-                    limit=prefetch,
-                    query=q.Query.Nearest(_sparse(sparse), using=SPARSE),
-                    filter=edge_filter,
-                    params=q.SearchParams(idf=q.IdfParams(corpus=_namespace_filter(flt))),
-                    with_payload=_RETURNED_FIELDS,
+        wanted = [("dense", flt, prefetch)] + ([("sparse", flt, prefetch)] if sparse else [])
+        results = self.search_batch(dense, sparse, wanted, hnsw_ef)
+        return results[0], results[1] if len(results) > 1 else []
+
+    def search_batch(
+        self,
+        dense: Vector,
+        sparse: SparseVec,
+        searches: Sequence[tuple[str, IndexFilter, int]],
+        hnsw_ef: int,
+    ) -> list[list[IndexHit]]:
+        """Several searches of one query, ("dense" | "sparse", filter, limit) each, in ONE
+        engine call; one list of hits per search, in order."""
+        if self._shard is None or not searches:
+            return [[] for _ in searches]
+        vector = [float(x) for x in dense] if any(c == "dense" for c, _, _ in searches) else []
+        requests = []
+        for channel, flt, limit in searches:
+            if channel == "dense":
+                requests.append(
+                    q.QueryRequest(
+                        limit=limit,
+                        query=q.Query.Nearest(vector, using=DENSE),
+                        filter=_filter(flt),
+                        params=q.SearchParams(hnsw_ef=hnsw_ef),
+                        with_payload=_RETURNED_FIELDS,
+                    )
                 )
-            )
+            else:
+                requests.append(
+                    q.QueryRequest(
+                        limit=limit,
+                        query=q.Query.Nearest(_sparse(sparse), using=SPARSE),
+                        filter=_filter(flt),
+                        params=q.SearchParams(idf=q.IdfParams(corpus=_namespace_filter(flt))),
+                        with_payload=_RETURNED_FIELDS,
+                    )
+                )
         with self._lock:
             batch = self.shard.query_batch(q.QueryBatchRequest(requests))
-        results = [_hits(points) for points in batch]
-        return results[0], results[1] if len(results) > 1 else []
+        return [_hits(points) for points in batch]
 
     def dense_search(
         self, dense: Vector, flt: IndexFilter, limit: int, hnsw_ef: int

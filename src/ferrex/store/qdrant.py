@@ -178,32 +178,47 @@ class QdrantIndex:
         hnsw_ef: int,
     ) -> tuple[list[IndexHit], list[IndexHit]]:
         """Dense and BM25 candidates in ONE request (a query batch); core fuses them."""
-        if not self._exists():
-            return [], []
-        qfilter = _filter(flt)
-        requests = [
-            models.QueryRequest(
-                query=[float(x) for x in dense],
-                using=DENSE,
-                limit=prefetch,
-                filter=qfilter,
-                params=models.SearchParams(hnsw_ef=hnsw_ef),
-                with_payload=_RETURNED_FIELDS,
-            )
-        ]
-        if sparse:
-            requests.append(
-                models.QueryRequest(
-                    query=_sparse(sparse),
-                    using=SPARSE,
-                    limit=prefetch,
-                    filter=qfilter,
-                    params=self._sparse_params(flt),
-                    with_payload=_RETURNED_FIELDS,
-                )
-            )
-        results = [_hits(response.points) for response in self._batch(requests)]
+        wanted = [("dense", flt, prefetch)] + ([("sparse", flt, prefetch)] if sparse else [])
+        results = self.search_batch(dense, sparse, wanted, hnsw_ef)
         return results[0], results[1] if len(results) > 1 else []
+
+    def search_batch(
+        self,
+        dense: Vector,
+        sparse: SparseVec,
+        searches: Sequence[tuple[str, IndexFilter, int]],
+        hnsw_ef: int,
+    ) -> list[list[IndexHit]]:
+        """Several searches of one query, ("dense" | "sparse", filter, limit) each, in ONE
+        request; one list of hits per search, in order."""
+        if not searches or not self._exists():
+            return [[] for _ in searches]
+        vector = [float(x) for x in dense] if any(c == "dense" for c, _, _ in searches) else []
+        requests = []
+        for channel, flt, limit in searches:
+            if channel == "dense":
+                requests.append(
+                    models.QueryRequest(
+                        query=vector,
+                        using=DENSE,
+                        limit=limit,
+                        filter=_filter(flt),
+                        params=models.SearchParams(hnsw_ef=hnsw_ef),
+                        with_payload=_RETURNED_FIELDS,
+                    )
+                )
+            else:
+                requests.append(
+                    models.QueryRequest(
+                        query=_sparse(sparse),
+                        using=SPARSE,
+                        limit=limit,
+                        filter=_filter(flt),
+                        params=self._sparse_params(flt),
+                        with_payload=_RETURNED_FIELDS,
+                    )
+                )
+        return [_hits(response.points) for response in self._batch(requests)]
 
     def _batch(self, requests: list[models.QueryRequest]) -> list[models.QueryResponse]:
         try:
