@@ -247,3 +247,37 @@ def test_the_gate_judges_hybrid_recalls_only(make_service: Any) -> None:
     assert plain["results"] and plain["results"][0]["content"].startswith("The checkout page")
     # explain never changes the answer of a hybrid recall
     assert run_tool(hybrid, "recall", {**question, "explain": True})["results"] == []
+
+
+def test_a_selecting_filter_does_the_choosing(make_service: Any) -> None:
+    """A time range, entities or a version select the memories; the query only orders them, so
+    neither the floor nor the gate empties a listing ("what happened last week")."""
+    from datetime import UTC, datetime, timedelta
+
+    from ferrex.server.calls import run_tool
+
+    service = make_service(
+        **{
+            "retrieval.min_score": 0.1,
+            "retrieval.answer_gate.relevance": 0.4,
+            "retrieval.answer_gate.cosine": 0.3,
+        }
+    )
+    now = datetime.now(UTC)
+    last_week = (now - timedelta(days=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for key in ("outage", "vpn"):
+        stored = run_tool(service, "store", {**MEMORIES[key], "timestamp": last_week})
+        assert stored["status"] == "stored"
+    owner = run_tool(service, "store", {**MEMORIES["owner"], "entities": ["payments team"]})
+    window = {
+        "after": (now - timedelta(days=7)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "before": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    listing = run_tool(service, "recall", {"query": "what happened", "time_range": window})
+    assert len(listing["results"]) == 2, listing
+    assert all(0.0 <= r["score"] < 0.1 for r in listing["results"])  # still the query's relevance
+    # Without the filter the same words answer nothing: the gate judges them.
+    bare = run_tool(service, "recall", {"query": "what happened"})
+    assert bare["results"] == [] and bare["no_results"].startswith("nothing relevant"), bare
+    about = run_tool(service, "recall", {"query": "anything", "entities": ["payments team"]})
+    assert [r["id"] for r in about["results"]] == [owner["id"]], about

@@ -127,8 +127,16 @@ class Recall:
         # of evidence means nothing here answers it. Hybrid only: its thresholds are set on
         # both channels' evidence (one channel would be judged on half of it, and ``explain``
         # fetches the other one).
+        # A filter that selects (a time range, entities, a version) does the choosing: the
+        # query only orders what it selected, so neither the floor nor the gate drops any of it
+        # ("what happened" over last week lists last week's events; scores stay the query's
+        # relevance).
+        selecting = (
+            request.time_range is not None or bool(request.entities) or request.version is not None
+        )
+        floor = 0.0 if selecting else cfg.min_score
         gated: tuple[float, float] | None = None
-        if not cross_encoder and cfg.mode == "hybrid" and cached.fused:
+        if not cross_encoder and not selecting and cfg.mode == "hybrid" and cached.fused:
             best_relevance = max(cached.relevance.get(e[0], 0.0) for e in cached.fused)
             best_cosine = max(
                 cached.evidence.get(e[0], (None, None, 0.0))[0] or 0.0 for e in cached.fused
@@ -152,7 +160,7 @@ class Recall:
         for rank, (memory_id, score, dense_rank, bm25_rank) in enumerate(entries, start=1):
             relevance = cached.relevance.get(memory_id, 0.0)
             if prunable:
-                if relevance < cfg.min_score:
+                if relevance < floor:
                     floored = True
                     break
                 if len(candidates) >= limit and relevance < candidates[limit - 1].relevance / scale:
@@ -214,11 +222,13 @@ class Recall:
             boost_of=boost,
             base_k=cfg.fused_base_k,
             max_boost=scale,
-            min_score=cfg.min_score,
+            min_score=floor,
             by_relevance=cfg.mode == "hybrid" and cfg.fusion == "relevance",
         )
         selected = ordered[:limit]
-        held = set() if gated is not None else self._held_back(candidates, stale, limit, boost)
+        held = (
+            set() if gated is not None else self._held_back(candidates, stale, limit, boost, floor)
+        )
         truncated = 0
         tokens_used = None
         if request.max_tokens is not None:
@@ -274,10 +284,14 @@ class Recall:
             tokens=tokens_used if request.max_tokens is not None else None,
             unresolved_entities=unresolved,
             cache_hit=cache_hit if request.explain else None,
-            no_results=None if hits else self._no_results(bool(candidates) or floored, gated),
+            no_results=None
+            if hits
+            else self._no_results(bool(candidates) or floored, gated, floor),
         )
 
-    def _no_results(self, had_candidates: bool, gated: tuple[float, float] | None) -> str:
+    def _no_results(
+        self, had_candidates: bool, gated: tuple[float, float] | None, floor: float
+    ) -> str:
         """Why an answer is empty, in one short line."""
         cfg = self.settings.retrieval
         if gated is not None:
@@ -286,8 +300,8 @@ class Recall:
                 f"nothing relevant: the best match has relevance {gated[0]:.2f} and cosine "
                 f"{gated[1]:.2f} (an answer needs {gate.relevance:g} or {gate.cosine:g})"
             )
-        if had_candidates and cfg.min_score > 0:
-            return f"no memory is relevant enough (min_score {cfg.min_score:g})"
+        if had_candidates and floor > 0:
+            return f"no memory is relevant enough (min_score {floor:g})"
         return "no memory matches"
 
     def _query_vector(self, query: str) -> Vector:
@@ -478,6 +492,7 @@ class Recall:
         stale: Sequence[Candidate],
         limit: int,
         boost: Callable[[Candidate], float],
+        floor: float,
     ) -> set[str]:
         """The stale memories include_stale=true would have put in these results: the
         stale candidates within the top ``limit`` of all candidates (fused order with the
@@ -498,7 +513,7 @@ class Recall:
             boost_of=boost,
             base_k=cfg.fused_base_k,
             max_boost=max_boost(self.settings.recency),
-            min_score=cfg.min_score,
+            min_score=floor,
             by_relevance=cfg.mode == "hybrid" and cfg.fusion == "relevance",
         )
         stale_ids = {c.memory_id for c in stale}
