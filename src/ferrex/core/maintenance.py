@@ -67,7 +67,9 @@ def doctor(service: MemoryService, *, repair: bool = False) -> dict[str, Any]:
     )
     report["model"] = model
     if settings.rerank:
-        service.reranker.load()  # an operator check: say now whether it can load
+        # An operator check: say now whether it loads; a one-shot command never leaves a
+        # download running in a thread when it exits.
+        service.reranker.load(download=False)
     report["reranker"] = {
         "enabled": settings.rerank,
         "available": service.reranker.available,

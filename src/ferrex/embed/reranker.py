@@ -70,8 +70,9 @@ class FastEmbedReranker:
 
     # ------------------------------------------------------------------ loading
 
-    def load(self) -> None:
-        """Load from a local path or the cache now; start a background download otherwise."""
+    def load(self, *, download: bool = True) -> None:
+        """Load from a local path or the cache now; start a background download otherwise
+        (``download=False``: say it is not cached, start nothing, try again next time)."""
         if not self.enabled or self._model is not None:
             return
         with self._lock:
@@ -88,6 +89,13 @@ class FastEmbedReranker:
                     return
             except Exception as exc:
                 self._fail(f"reranker {self.name} failed to load: {str(exc)[:200]}")
+                return
+            if not download and not self.offline:
+                self._attempted = False  # a later load (a server's) may still download it
+                self._reason = (
+                    f"reranker {self.model_name} is not cached; a server downloads it at "
+                    "start-up, or run `ferrex models pull`"
+                )
                 return
             if self.offline or not hub_reachable():
                 self._fail(
