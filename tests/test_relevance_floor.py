@@ -281,3 +281,9 @@ def test_a_selecting_filter_does_the_choosing(make_service: Any) -> None:
     assert bare["results"] == [] and bare["no_results"].startswith("nothing relevant"), bare
     about = run_tool(service, "recall", {"query": "anything", "entities": ["payments team"]})
     assert [r["id"] for r in about["results"]] == [owner["id"]], about
+    # A range without a bound selects nothing, and a version only narrows: both are judged.
+    unbounded = run_tool(service, "recall", {"query": "what happened", "time_range": {}})
+    assert unbounded["results"] == [], unbounded
+    run_tool(service, "store", MEMORIES["deploy"])
+    versioned = run_tool(service, "recall", {"query": "what happened", "version": 1})
+    assert versioned["results"] == [], versioned

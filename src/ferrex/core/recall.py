@@ -127,19 +127,23 @@ class Recall:
         # of evidence means nothing here answers it. Hybrid only: its thresholds are set on
         # both channels' evidence (one channel would be judged on half of it, and ``explain``
         # fetches the other one).
-        # A filter that selects (a time range, entities, a version) does the choosing: the
+        # A filter that selects (a time range with a bound, entities) does the choosing: the
         # query only orders what it selected, so neither the floor nor the gate drops any of it
         # ("what happened" over last week lists last week's events; scores stay the query's
-        # relevance).
+        # relevance). ``types`` and ``version`` narrow without selecting (every unedited
+        # procedure is version 1).
         selecting = (
-            request.time_range is not None or bool(request.entities) or request.version is not None
+            flt.time_after is not None or flt.time_before is not None or bool(request.entities)
         )
         floor = 0.0 if selecting else cfg.min_score
         gated: tuple[float, float] | None = None
-        if not cross_encoder and not selecting and cfg.mode == "hybrid" and cached.fused:
-            best_relevance = max(cached.relevance.get(e[0], 0.0) for e in cached.fused)
+        # (A neighbour that joined is left out when types are asked for: its type is unknown
+        # until its row is read, and the loop below drops one of another type.)
+        judged = [e[0] for e in cached.fused if not (types and e[0] in cached.joined)]
+        if not cross_encoder and not selecting and cfg.mode == "hybrid" and judged:
+            best_relevance = max(cached.relevance.get(mid, 0.0) for mid in judged)
             best_cosine = max(
-                cached.evidence.get(e[0], (None, None, 0.0))[0] or 0.0 for e in cached.fused
+                cached.evidence.get(mid, (None, None, 0.0))[0] or 0.0 for mid in judged
             )
             if not answers(best_relevance, best_cosine, cfg.answer_gate):
                 gated = (best_relevance, best_cosine)
