@@ -91,16 +91,24 @@ def store(make_service: ServiceFactory, tmp_path: Path) -> Iterator[Path]:
     yield data_dir
 
 
-def cli(data_dir: Path, models_dir: Path, *args: str, check: int | None = 0) -> Any:
-    env = {
+def cli_env(data_dir: Path, models_dir: Path) -> dict[str, str]:
+    """An operator's environment for this data dir: offline, quiet logs."""
+    return {
         **os.environ,
         "FERREX_HOME": str(data_dir),
         "FERREX_MODELS_DIR": str(models_dir),
         "FERREX_OFFLINE": "1",
         "FERREX_LOG": "error",
     }
+
+
+def cli(data_dir: Path, models_dir: Path, *args: str, check: int | None = 0) -> Any:
     done = subprocess.run(
-        [ferrex_command(), *args], env=env, capture_output=True, text=True, timeout=180
+        [ferrex_command(), *args],
+        env=cli_env(data_dir, models_dir),
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     if check is not None:
         assert done.returncode == check, (done.returncode, done.stdout[-2000:], done.stderr[-3000:])
@@ -685,16 +693,9 @@ def test_an_operator_command_leaves_no_thread_running_in_native_code_at_exit(
         "print('ALIVE=' + ','.join(alive), file=sys.stderr)\n"
         "sys.exit(code)\n"
     )
-    env = {
-        **os.environ,
-        "FERREX_HOME": str(store),
-        "FERREX_MODELS_DIR": str(models_dir),
-        "FERREX_OFFLINE": "1",
-        "FERREX_LOG": "error",
-    }
     done = subprocess.run(
         [sys.executable, "-c", probe, *command],
-        env=env,
+        env=cli_env(store, models_dir),
         capture_output=True,
         text=True,
         timeout=180,
