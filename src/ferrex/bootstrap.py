@@ -13,14 +13,9 @@ import structlog
 from ferrex.config import Settings
 from ferrex.core import errors
 from ferrex.core.errors import MODEL_UNAVAILABLE, FerrexError
+from ferrex.core.pins import PIN_NAME, PIN_VARIANT, REBUILD_TARGET, REBUILD_TARGET_VARIANT
 from ferrex.core.ports import VectorIndex
-from ferrex.core.service import (
-    PIN_NAME,
-    PIN_VARIANT,
-    REBUILD_TARGET,
-    REBUILD_TARGET_VARIANT,
-    MemoryService,
-)
+from ferrex.core.service import MemoryService
 from ferrex.embed.bm25 import Bm25Encoder
 from ferrex.embed.embedder import FastEmbedEmbedder
 from ferrex.embed.models import BUNDLED_MODEL, BUNDLED_VARIANT, EMBEDDING_TIERS, tier_for_model

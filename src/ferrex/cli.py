@@ -975,7 +975,7 @@ def _rebuild(settings: Settings, explicit_tier: bool) -> int:
 
 
 def _unpin_for_rebuild(settings: Settings, embedder: Any) -> None:
-    from ferrex.core.service import (
+    from ferrex.core.pins import (
         PIN_DIMENSION,
         PIN_NAME,
         PIN_SOURCE,

@@ -17,7 +17,7 @@ from ferrex.core.errors import FerrexError
 from ferrex.core.export_format import EXPORT_FORMAT, EXPORT_VERSION, check_records
 from ferrex.core.ids import point_id
 from ferrex.core.memory import Memory, MemoryType
-from ferrex.core.service import (
+from ferrex.core.pins import (
     PIN_DIMENSION,
     PIN_NAME,
     PIN_SOURCE,
@@ -25,8 +25,8 @@ from ferrex.core.service import (
     REBUILD_PENDING,
     REBUILD_TARGET,
     REBUILD_TARGET_VARIANT,
-    MemoryService,
 )
+from ferrex.core.service import MemoryService
 from ferrex.core.sync import PlannedMemory
 
 log = structlog.get_logger("ferrex.maintenance")

@@ -23,15 +23,6 @@ from ferrex.core.errors import FerrexError
 from ferrex.core.forget import Forget
 from ferrex.core.ingest import Store
 from ferrex.core.lookup import Lookup
-from ferrex.core.pins import (  # noqa: F401  (re-exported: operator commands read the pins)
-    PIN_DIMENSION,
-    PIN_NAME,
-    PIN_SOURCE,
-    PIN_VARIANT,
-    REBUILD_PENDING,
-    REBUILD_TARGET,
-    REBUILD_TARGET_VARIANT,
-)
 from ferrex.core.ports import (
     Embedder,
     MetadataStore,
