@@ -148,17 +148,6 @@ class VectorIndex(Protocol):
 
     def set_payload(self, memory_id: str, payload: dict[str, Any]) -> None: ...
 
-    def channels(
-        self,
-        dense: Vector,
-        sparse: SparseVec,
-        flt: IndexFilter,
-        prefetch: int,
-        hnsw_ef: int,
-    ) -> tuple[list[IndexHit], list[IndexHit]]:
-        """Dense and BM25 candidates of one query, fetched in ONE engine call (a query batch)."""
-        ...
-
     def search_batch(
         self,
         dense: Vector,

@@ -338,7 +338,10 @@ class Recall:
         fetch = prefetch + prefetch // 2
         while True:
             if cfg.mode == "hybrid":
-                dense_hits, bm25_hits = self.index.channels(vector, sparse, flt, fetch, cfg.hnsw_ef)
+                # Both channels in ONE engine call (a query batch); fused here.
+                searches = [("dense", flt, fetch)] + ([("sparse", flt, fetch)] if sparse else [])
+                found = self.index.search_batch(vector, sparse, searches, cfg.hnsw_ef)
+                dense_hits, bm25_hits = found[0], found[1] if sparse else []
             else:
                 want_dense = cfg.mode == "dense" or explain
                 want_bm25 = cfg.mode == "bm25" or explain

@@ -152,19 +152,6 @@ class EdgeIndex:
 
     # ------------------------------------------------------------------ reads
 
-    def channels(
-        self,
-        dense: Vector,
-        sparse: SparseVec,
-        flt: IndexFilter,
-        prefetch: int,
-        hnsw_ef: int,
-    ) -> tuple[list[IndexHit], list[IndexHit]]:
-        """Dense and BM25 candidates in ONE engine call (a query batch); core fuses them."""
-        wanted = [("dense", flt, prefetch)] + ([("sparse", flt, prefetch)] if sparse else [])
-        results = self.search_batch(dense, sparse, wanted, hnsw_ef)
-        return results[0], results[1] if len(results) > 1 else []
-
     def search_batch(
         self,
         dense: Vector,

@@ -169,19 +169,6 @@ class QdrantIndex:
             return None
         return models.SearchParams(idf=models.IdfCorpusParams(corpus=_namespace_filter(flt)))
 
-    def channels(
-        self,
-        dense: Vector,
-        sparse: SparseVec,
-        flt: IndexFilter,
-        prefetch: int,
-        hnsw_ef: int,
-    ) -> tuple[list[IndexHit], list[IndexHit]]:
-        """Dense and BM25 candidates in ONE request (a query batch); core fuses them."""
-        wanted = [("dense", flt, prefetch)] + ([("sparse", flt, prefetch)] if sparse else [])
-        results = self.search_batch(dense, sparse, wanted, hnsw_ef)
-        return results[0], results[1] if len(results) > 1 else []
-
     def search_batch(
         self,
         dense: Vector,
