@@ -356,13 +356,15 @@ def test_a_few_chunked_procedures_cost_no_extra_engine_query(service: MemoryServ
         [{"content": f"the {s} queue was drained on day {i}"} for i, s in enumerate(SUBSYSTEMS)],
     )
     calls: list[int] = []
-    channels = service.index.channels
+    search_batch = service.index.search_batch
 
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        calls.append(args[3] if len(args) > 3 else kwargs["prefetch"])
-        return channels(*args, **kwargs)
+    def counted(dense: Any, sparse: Any, searches: Any, hnsw_ef: int) -> Any:
+        # The channel fetch (not the id-filtered evidence lookups): its depth, once per batch.
+        depths = {limit for _, flt, limit in searches if flt.memory_ids is None}
+        calls.extend(depths)
+        return search_batch(dense, sparse, searches, hnsw_ef)
 
-    service.index.channels = counted  # type: ignore[method-assign]
+    service.index.search_batch = counted  # type: ignore[method-assign]
     results = invoke(
         service, "recall", {"query": "drain the queue and restart the workers", "limit": 10}
     )
