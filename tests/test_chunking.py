@@ -358,11 +358,11 @@ def test_a_few_chunked_procedures_cost_no_extra_engine_query(service: MemoryServ
     calls: list[int] = []
     search_batch = service.index.search_batch
 
-    def counted(dense: Any, sparse: Any, searches: Any, hnsw_ef: int) -> Any:
+    def counted(dense: Any, sparse: Any, searches: Any, hnsw_ef: int, tokens: Any = None) -> Any:
         # The channel fetch (not the id-filtered evidence lookups): its depth, once per batch.
         depths = {limit for _, flt, limit in searches if flt.memory_ids is None}
         calls.extend(depths)
-        return search_batch(dense, sparse, searches, hnsw_ef)
+        return search_batch(dense, sparse, searches, hnsw_ef, tokens)
 
     service.index.search_batch = counted  # type: ignore[method-assign]
     results = invoke(

@@ -139,12 +139,29 @@ class RecencyConfig(_Section):
 
 
 class RelevanceModel(_Section):
-    """relevance = sigmoid(bias + dense x cosine + bm25 x normalised BM25) (core/relevance.py)."""
+    """relevance = sigmoid(bias + dense x cosine + bm25 x normalised BM25 + late x MaxSim)
+    (core/relevance.py; ``late`` counts only where the late-interaction channel is)."""
 
     # Fitted by bench/calibrate.py on LoCoMo dev + SciFact dev candidates (docs/recall.md).
     bias: float = -4.669
     dense: float = 7.010
     bm25: float = 8.730
+    late: float = 0.0
+
+
+def _late_relevance() -> RelevanceModel:
+    # Fitted by ``bench/calibrate.py --late`` on the dev dumps with the channel (docs/recall.md).
+    return RelevanceModel(bias=-5.436, dense=7.051, bm25=9.066, late=1.511)
+
+
+class LateInteractionConfig(_Section):
+    """The late-interaction channel (core/late_interaction.py). ``enabled`` at index time
+    stores each point's pooled token vectors (``tokens`` of them at most; changing it takes
+    ``ferrex rebuild-index``); at query time it scores the candidates by MaxSim when the index
+    has the channel. Off: recall uses ``retrieval.relevance`` alone."""
+
+    enabled: bool = True
+    tokens: int = Field(default=18, ge=1, le=128)
 
 
 class AnswerGate(_Section):
@@ -201,6 +218,9 @@ class RetrievalConfig(_Section):
     # a score fusion of cosine and BM25) or "rrf" (reciprocal-rank fusion, k = rrf_k).
     fusion: Literal["relevance", "rrf"] = "relevance"
     relevance: RelevanceModel = Field(default_factory=RelevanceModel)
+    # The relevance model used where the late-interaction channel scored the candidates.
+    relevance_late: RelevanceModel = Field(default_factory=_late_relevance)
+    late_interaction: LateInteractionConfig = Field(default_factory=LateInteractionConfig)
     neighbours: NeighbourConfig = Field(default_factory=NeighbourConfig)
     feedback: FeedbackConfig = Field(default_factory=FeedbackConfig)
 

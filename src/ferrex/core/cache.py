@@ -80,12 +80,18 @@ class CachedRecall:
     evidence: dict[str, tuple[float | None, float | None, float]] = field(default_factory=dict)
     # Context neighbours that joined the candidates -> the hit they came by (core/neighbours.py).
     joined: dict[str, str] = field(default_factory=dict)
+    # Late-interaction evidence (mean MaxSim) by memory id, where the channel scored them,
+    # and then each candidate's two-channel relevance too: what the answer gate judges.
+    late: dict[str, float] = field(default_factory=dict)
+    gate_relevance: dict[str, float] = field(default_factory=dict)
 
 
 class RecallCache:
     def __init__(self, capacity: int, enabled: bool = True) -> None:
         self.enabled = enabled
-        self.queries: LRU[tuple[str, str], np.ndarray] = LRU(max(16, capacity * 4))
+        # Query embeddings: (model pin, query) -> the vector; (model pin, query, "tokens") ->
+        # the vector and the query's content token vectors (late interaction).
+        self.queries: LRU[tuple[str, ...], Any] = LRU(max(16, capacity * 4))
         self.results: LRU[tuple[Any, ...], CachedRecall] = LRU(capacity)
         self._generation: dict[str, int] = {}
         self._lock = threading.Lock()

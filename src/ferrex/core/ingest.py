@@ -62,6 +62,8 @@ class _Prepared:
     # Name embeddings computed with the document's batch (before the write transaction), for
     # the names no exact or fuzzy match resolves: no model runs inside a transaction.
     name_vectors: dict[str, Vector] = field(default_factory=dict)
+    # Per chunk: late-interaction token vectors (empty: the index has no such channel).
+    tokens: list[np.ndarray | None] = field(default_factory=list)
 
 
 @dataclass
@@ -143,11 +145,12 @@ class Store:
                     names.setdefault(name, []).append(draft)
         # One model call for the documents and the entity names they introduce.
         wanted = [*texts, *names]
-        vectors = self.embedder.embed_documents(wanted) if wanted else []
+        vectors, tokens = self.sync.embed(wanted)
         cursor = 0
         for draft in drafts:
             if isinstance(draft, _Prepared):
                 draft.vectors = vectors[cursor : cursor + len(draft.chunks)]
+                draft.tokens = tokens[cursor : cursor + len(draft.chunks)]
                 cursor += len(draft.chunks)
         for name, owners in names.items():
             for owner in owners:
@@ -326,7 +329,9 @@ class Store:
                     if result.status in {Outcome.DUPLICATE, Outcome.ENDED}:
                         continue
                     namespaces.add(item.memory.namespace)
-                    to_index.append(PlannedMemory(item.memory, item.chunks, item.vectors))
+                    to_index.append(
+                        PlannedMemory(item.memory, item.chunks, item.vectors, item.tokens)
+                    )
                     batch_vectors.append((item, item.vectors[0]))
                     journal.append(
                         self.meta.journal_add("index", item.memory.id, item.memory.namespace, now)
@@ -961,6 +966,7 @@ class Store:
             vectors = self.sync.plan([memory])[0]
             item.chunks = vectors.chunks
             item.vectors = vectors.vectors
+            item.tokens = vectors.tokens
             memory.chunk_count = len(item.chunks)
             out.rolled_back_to = request.rollback_to
         elif not explicit_supersede:

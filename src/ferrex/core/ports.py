@@ -43,6 +43,20 @@ class ModelInfo:
         return f"{self.name}{'@' + self.variant if self.variant else ''}"
 
 
+@dataclass(frozen=True)
+class TokenEmbedding:
+    """One model pass over a text: its dense (pooled) vector and the model's token vectors.
+
+    ``tokens`` holds one unit row per token of the text (the last hidden state, special and
+    padding tokens left out), ``words`` the word of the text each row belongs to (for dropping
+    stop words); ``tokens`` is None for a model whose output is already pooled.
+    """
+
+    dense: Vector
+    tokens: np.ndarray | None
+    words: tuple[str, ...] = ()
+
+
 class Embedder(Protocol):
     """Dense text embeddings (documents with ``embed``, queries with ``query_embed``)."""
 
@@ -55,6 +69,14 @@ class Embedder(Protocol):
     def embed_documents(self, texts: Sequence[str]) -> list[Vector]: ...
 
     def embed_query(self, text: str) -> Vector: ...
+
+    def embed_documents_tokens(self, texts: Sequence[str]) -> list[TokenEmbedding]:
+        """``embed_documents`` and each text's token vectors, from the same model pass."""
+        ...
+
+    def embed_query_tokens(self, text: str) -> TokenEmbedding:
+        """``embed_query`` and the query's token vectors, from the same model pass."""
+        ...
 
     def count_tokens(self, text: str) -> int: ...
 
@@ -115,6 +137,8 @@ class IndexPoint:
     dense: Vector
     sparse: SparseVec
     payload: dict[str, Any]
+    # The late-interaction multivector (pooled unit token vectors), or None.
+    tokens: np.ndarray | None = None
 
 
 @dataclass
@@ -134,11 +158,17 @@ class IndexStats:
 
 
 class VectorIndex(Protocol):
-    """The derived vector index (named dense ``dense`` cosine + sparse ``bm25`` with IDF)."""
+    """The derived vector index (named dense ``dense`` cosine + sparse ``bm25`` with IDF, and
+    where the adapter has it a ``tokens`` multivector compared by MaxSim)."""
 
     mode: str
 
-    def ensure_collection(self, dimension: int) -> None: ...
+    @property
+    def late_interaction(self) -> bool:
+        """Whether the collection has the late-interaction channel (``tokens``)."""
+        ...
+
+    def ensure_collection(self, dimension: int, *, late_interaction: bool = False) -> None: ...
 
     def upsert(self, points: Sequence[IndexPoint]) -> None: ...
 
@@ -154,9 +184,11 @@ class VectorIndex(Protocol):
         sparse: SparseVec,
         searches: Sequence[tuple[str, IndexFilter, int]],
         hnsw_ef: int,
+        tokens: np.ndarray | None = None,
     ) -> list[list[IndexHit]]:
-        """Several searches of one query, ("dense" | "sparse", filter, limit) each, in ONE
-        engine call; one list of hits per search, in order."""
+        """Several searches of one query, ("dense" | "sparse" | "tokens", filter, limit) each,
+        in ONE engine call; one list of hits per search, in order. A "tokens" search scores
+        by MaxSim (the sum over the query's ``tokens`` of the best cosine with a point's)."""
         ...
 
     def dense_search(
@@ -173,7 +205,7 @@ class VectorIndex(Protocol):
 
     def stats(self) -> IndexStats: ...
 
-    def reset(self, dimension: int) -> None: ...
+    def reset(self, dimension: int, *, late_interaction: bool = False) -> None: ...
 
     def optimize(self) -> bool: ...
 

@@ -121,7 +121,10 @@ class Readiness:
             deps = self.deps
             info = deps.embedder.info
             self._pin(info)
-            deps.index.ensure_collection(info.dimension)
+            deps.index.ensure_collection(
+                info.dimension,
+                late_interaction=deps.settings.retrieval.late_interaction.enabled,
+            )
             with deps.write:
                 if deps.meta.get_meta(REBUILD_PENDING):
                     log.warning("an index rebuild was interrupted; rebuilding now")

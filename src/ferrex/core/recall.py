@@ -7,6 +7,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
 
+import numpy as np
+
 from ferrex.core import conflict as conflicts
 from ferrex.core import errors
 from ferrex.core.cache import CachedRecall, embedding_hash
@@ -15,6 +17,7 @@ from ferrex.core.deps import Deps
 from ferrex.core.errors import FerrexError
 from ferrex.core.feedback import expand
 from ferrex.core.indexing import sparse_text
+from ferrex.core.late_interaction import ContentWords, mean_maxsim, query_tokens
 from ferrex.core.memory import Memory, MemoryType
 from ferrex.core.neighbours import context_credit
 from ferrex.core.ports import (
@@ -55,6 +58,14 @@ class Recall:
         self.cache = deps.cache
         self.entities = deps.entities
         self.access = deps.access
+        self.content_words = ContentWords(deps.sparse)
+
+    @property
+    def late(self) -> bool:
+        """Whether candidates are scored by late interaction: on, hybrid, and the index has
+        the channel (an index built without it gets it with ``ferrex rebuild-index``)."""
+        cfg = self.settings.retrieval
+        return cfg.late_interaction.enabled and cfg.mode == "hybrid" and self.index.late_interaction
 
     def run(self, request: RecallRequest) -> RecallResult:
         cfg = self.settings.retrieval
@@ -94,7 +105,7 @@ class Recall:
             validity=validity,  # type: ignore[arg-type]
             as_of=request.as_of,
         )
-        vector = self._query_vector(request.query)
+        vector, tokens = self._query_vectors(request.query)
         prefetch = max(cfg.prefetch_limit, 2 * limit)
         params = (
             # The exact text too: the cross-encoder scores (cached with the candidates) see the
@@ -114,7 +125,7 @@ class Recall:
         cached = self.cache.get(key)
         cache_hit = cached is not None
         if cached is None:
-            cached = self._retrieve(request.query, vector, flt, prefetch, request.explain)
+            cached = self._retrieve(request.query, vector, tokens, flt, prefetch, request.explain)
             self.cache.put(key, cached)
 
         if self.settings.rerank and not self.reranker.available:
@@ -141,7 +152,10 @@ class Recall:
         # until its row is read, and the loop below drops one of another type.)
         judged = [e[0] for e in cached.fused if not (types and e[0] in cached.joined)]
         if not cross_encoder and not selecting and cfg.mode == "hybrid" and judged:
-            best_relevance = max(cached.relevance.get(mid, 0.0) for mid in judged)
+            # On the two channels' relevance, where its thresholds were set (late interaction
+            # reorders the candidates; it does not decide whether the question has an answer).
+            judge = cached.gate_relevance or cached.relevance
+            best_relevance = max(judge.get(mid, 0.0) for mid in judged)
             best_cosine = max(
                 cached.evidence.get(mid, (None, None, 0.0))[0] or 0.0 for mid in judged
             )
@@ -192,6 +206,10 @@ class Recall:
                     bm25=None if bm25 is None else round(bm25, 6),
                     bm25_norm=round(bm25_normed, 6),
                 )
+                if memory_id in cached.late:
+                    candidate.extra["late"] = round(cached.late[memory_id], 6)
+                if memory_id in cached.gate_relevance:  # what the answer gate judged
+                    candidate.extra["gate_relevance"] = round(cached.gate_relevance[memory_id], 6)
             if memory_id in cached.joined:
                 candidate.extra["neighbour_of"] = cached.joined[memory_id]
             if memory_id in cached.below_bm25_floor:
@@ -308,13 +326,23 @@ class Recall:
             return f"no memory is relevant enough (min_score {floor:g})"
         return "no memory matches"
 
-    def _query_vector(self, query: str) -> Vector:
-        key = (self.embedder.info.pin, query)
-        vector = self.cache.queries.get(key)
-        if vector is None:
-            vector = self.embedder.embed_query(query)
-            self.cache.queries.put(key, vector)
-        return vector
+    def _query_vectors(self, query: str) -> tuple[Vector, np.ndarray | None]:
+        """The query's embedding and, with late interaction, its content token vectors (one
+        model pass for both)."""
+        if not self.late:
+            key: tuple[str, ...] = (self.embedder.info.pin, query)
+            vector = self.cache.queries.get(key)
+            if vector is None:
+                vector = self.embedder.embed_query(query)
+                self.cache.queries.put(key, vector)
+            return vector, None
+        key = (self.embedder.info.pin, query, "tokens")
+        both = self.cache.queries.get(key)
+        if both is None:
+            embedded = self.embedder.embed_query_tokens(query)
+            both = (embedded.dense, query_tokens(embedded, self.content_words))
+            self.cache.queries.put(key, both)
+        return both
 
     def _count_budget_tokens(self, text: str) -> int:
         counter: Callable[[str], int] = getattr(
@@ -323,7 +351,13 @@ class Recall:
         return counter(text)
 
     def _retrieve(
-        self, query: str, vector: Vector, flt: IndexFilter, prefetch: int, explain: bool
+        self,
+        query: str,
+        vector: Vector,
+        tokens: np.ndarray | None,
+        flt: IndexFilter,
+        prefetch: int,
+        explain: bool,
     ) -> CachedRecall:
         """Candidates in fused order: both channels from one engine call, fused by RRF (k=60)."""
         cfg = self.settings.retrieval
@@ -383,19 +417,34 @@ class Recall:
         for hit in hits:
             if hit.memory_id and hit.score > best.get(hit.memory_id, float("-inf")):
                 best[hit.memory_id] = hit.score
+        late: dict[str, float] | None = None
+        points = self.meta.count_memories(flt.namespace)
         if cfg.mode == "hybrid":
-            dense_hits, all_bm25 = self._complete_evidence(
-                list(best), dense_hits, all_bm25, vector, sparse_query, flt
+            dense_hits, all_bm25, late = self._complete_evidence(
+                list(best), dense_hits, all_bm25, vector, sparse_query, flt, tokens
             )
         scored = relevance_of(
             list(best),
             dense_hits,
             all_bm25,
             query_weight=query_weight,
-            points=self.meta.count_memories(flt.namespace),
+            points=points,
             fetched=prefetch,
-            model=cfg.relevance,
+            model=cfg.relevance if late is None else cfg.relevance_late,
+            late=late,
         )
+        gate_relevance: dict[str, float] = {}
+        if late is not None:
+            two_channels = relevance_of(
+                list(best),
+                dense_hits,
+                all_bm25,
+                query_weight=query_weight,
+                points=points,
+                fetched=prefetch,
+                model=cfg.relevance,
+            )
+            gate_relevance = {mid: value for mid, (value, _) in two_channels.items()}
         joined: dict[str, str] = {}
         if cfg.mode == "hybrid" and cfg.neighbours.weight > 0 and scored:
             joined = self._neighbour_credit(scored, flt)
@@ -413,6 +462,8 @@ class Recall:
             relevance={mid: value for mid, (value, _) in scored.items()},
             evidence={mid: evidence for mid, (_, evidence) in scored.items()},
             joined=joined,
+            late=late or {},
+            gate_relevance=gate_relevance,
         )
 
     def _complete_evidence(
@@ -423,10 +474,12 @@ class Recall:
         vector: Vector,
         sparse: SparseVec,
         flt: IndexFilter,
-    ) -> tuple[list[IndexHit], list[IndexHit]]:
+        tokens: np.ndarray | None = None,
+    ) -> tuple[list[IndexHit], list[IndexHit], dict[str, float] | None]:
         """Each channel's score for the candidates the other channel found (one filtered
         search per channel, both in one engine call), so every candidate's relevance uses its
-        real cosine and BM25."""
+        real cosine and BM25; with query ``tokens``, every candidate's late-interaction MaxSim
+        in the same call (None: no late interaction)."""
         cfg = self.settings.retrieval
         channels = (("dense", dense_hits), ("sparse", bm25_hits))
         missing: dict[str, tuple[str, ...]] = {}
@@ -439,18 +492,26 @@ class Recall:
             (channel, replace(flt, memory_ids=ids), 4 * len(ids))
             for channel, ids in missing.items()
         ]
-        found = dict(
-            zip(
-                missing, self.index.search_batch(vector, sparse, searches, cfg.hnsw_ef), strict=True
-            )
-        )
+        late_ids = tuple(sorted(memory_ids)) if tokens is not None and memory_ids else ()
+        if late_ids:
+            # Each candidate's chunks: MAX_CHUNK_FETCH bounds it as for the channels.
+            depth = min(MAX_CHUNK_FETCH, 4 * len(late_ids))
+            searches.append(("tokens", replace(flt, memory_ids=late_ids), depth))
+        results = self.index.search_batch(vector, sparse, searches, cfg.hnsw_ef, tokens)
+        found = dict(zip(missing, results, strict=False))
+        late: dict[str, float] | None = None
+        if tokens is not None:
+            late = {}
+            if late_ids:
+                for hit in best_chunk_per_memory(results[-1], len(late_ids)):
+                    late[hit.memory_id] = mean_maxsim(hit.score, len(tokens))
         dense_out, bm25_out = (
             [*hits, *best_chunk_per_memory(found[channel], len(missing[channel]))]
             if channel in found
             else hits
             for channel, hits in channels
         )
-        return dense_out, bm25_out
+        return dense_out, bm25_out, late
 
     def _feedback_query(
         self, sparse: SparseVec, dense_hits: list[IndexHit], bm25_hits: list[IndexHit]

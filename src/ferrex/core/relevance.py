@@ -10,7 +10,11 @@ pieces of evidence every memory has:
   term once, each term rare, scores about 1; BM25's raw scale grows with the store and the
   query's length, this one does not.
 
-    relevance = sigmoid(bias + w_dense x dense + w_bm25 x bm25_norm)
+    relevance = sigmoid(bias + w_dense x dense + w_bm25 x bm25_norm [+ w_late x late])
+
+where the index has the late-interaction channel, ``late`` (core/late_interaction.py, the mean
+MaxSim of the query's and the memory's token vectors) is a third piece of evidence, with weights
+of its own (``retrieval.relevance_late``) fitted the same way.
 
 The weights are a logistic regression fitted on the dev halves of LoCoMo and SciFact
 (``bench/calibrate.py``; numbers in docs/recall.md). The rank of a candidate plays no part: the
@@ -52,9 +56,10 @@ def sigmoid(x: float) -> float:
     return exp / (1.0 + exp)
 
 
-def relevance(dense: float, bm25_normed: float, model: RelevanceModel) -> float:
-    """Calibrated relevance in (0, 1) from cosine similarity and normalised BM25."""
-    return sigmoid(model.bias + model.dense * dense + model.bm25 * bm25_normed)
+def relevance(dense: float, bm25_normed: float, model: RelevanceModel, late: float = 0.0) -> float:
+    """Calibrated relevance in (0, 1) from cosine similarity, normalised BM25 and (with its
+    model) the late-interaction MaxSim."""
+    return sigmoid(model.bias + model.dense * dense + model.bm25 * bm25_normed + model.late * late)
 
 
 def answers(best_relevance: float, best_cosine: float, gate: AnswerGate) -> bool:
@@ -91,13 +96,15 @@ def relevance_of(
     points: int,
     fetched: int,
     model: RelevanceModel,
+    late: dict[str, float] | None = None,
 ) -> dict[str, tuple[float, tuple[float | None, float | None, float]]]:
     """Relevance of each candidate and its evidence (cosine, raw BM25, normalised BM25).
 
     Channels hold one hit per memory. A candidate one channel did not return gets that
     channel's evidence imputed: BM25 0 (it matched no term, or too weakly to be fetched), the
     cosine of the channel's last hit when the channel was cut at ``fetched`` (an upper bound),
-    else 0.
+    else 0. ``late`` (memory id -> mean MaxSim) is given with the model fitted with it; a
+    candidate without token vectors counts 0 there.
     """
     dense = {hit.memory_id: hit.score for hit in dense_hits}
     bm25 = {hit.memory_id: hit.score for hit in bm25_hits}
@@ -107,6 +114,11 @@ def relevance_of(
         cosine = dense.get(memory_id)
         raw = bm25.get(memory_id)
         normed = bm25_norm(raw or 0.0, query_weight, points)
-        value = relevance(dense_floor if cosine is None else cosine, normed, model)
+        value = relevance(
+            dense_floor if cosine is None else cosine,
+            normed,
+            model,
+            late.get(memory_id, 0.0) if late is not None else 0.0,
+        )
         out[memory_id] = (value, (cosine, raw, normed))
     return out

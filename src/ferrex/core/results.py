@@ -227,6 +227,8 @@ class StatsDetailed(StatsBrief):
     index_points: int = 0
     index_sidecar: dict[str, Any] | None = None
     index_background: dict[str, Any] | None = None
+    # The late-interaction channel: on in the settings, and whether the index has it.
+    late_interaction: dict[str, Any] = field(default_factory=dict)
     cache: dict[str, Any] = field(default_factory=dict)
     journal_backlog: int = 0
 

@@ -152,9 +152,25 @@ class Stats:
             index_points=index_stats.points,
             index_sidecar=index_stats.details.get("sidecar"),
             index_background=index_stats.details.get("background_index"),
+            late_interaction=_late_status(deps),
             cache=deps.cache.stats(),
             journal_backlog=meta.journal_backlog(),
         )
+
+
+def _late_status(deps: Deps) -> dict[str, Any]:
+    """Whether recall scores by late interaction, and what to do when it cannot."""
+    enabled = deps.settings.retrieval.late_interaction.enabled
+    present = deps.index.late_interaction
+    status: dict[str, Any] = {"enabled": enabled, "in_index": present}
+    if enabled and not present:
+        status["hint"] = (
+            "the index was built without the late-interaction channel: `ferrex rebuild-index` "
+            "adds it (recall works without it meanwhile)"
+            if deps.index.mode == "embedded"
+            else "a Qdrant server index has no late-interaction channel yet"
+        )
+    return status
 
 
 def _model_status(deps: Deps, model: Any) -> dict[str, Any] | None:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import numpy as np
 import structlog
 
 from ferrex.config import Settings
@@ -21,6 +22,7 @@ from ferrex.core.chunking import Chunk, plan_chunks, step_prefix
 from ferrex.core.errors import FerrexError
 from ferrex.core.ids import point_id
 from ferrex.core.indexing import build_payload, sparse_text, validity_payload
+from ferrex.core.late_interaction import document_tokens
 from ferrex.core.memory import Memory, embed_text
 from ferrex.core.ports import (
     Embedder,
@@ -60,6 +62,8 @@ class PlannedMemory:
     memory: Memory
     chunks: list[Chunk]
     vectors: list[Vector]
+    # Per chunk: the late-interaction token vectors (empty or None: the point has none).
+    tokens: list[np.ndarray | None] = field(default_factory=list)
 
 
 class IndexSync:
@@ -78,6 +82,25 @@ class IndexSync:
         self.index = index
         self.embedder = embedder
         self.sparse = sparse
+
+    # ------------------------------------------------------------------ embedding
+
+    @property
+    def late_indexing(self) -> bool:
+        """Whether points get token vectors: the setting is on and the collection has the
+        channel (an older collection gets it with ``ferrex rebuild-index``)."""
+        return self.settings.retrieval.late_interaction.enabled and self.index.late_interaction
+
+    def embed(self, texts: Sequence[str]) -> tuple[list[Vector], list[np.ndarray | None]]:
+        """Document vectors and, where the index has the channel, their pooled token vectors
+        (the same model pass: one model call either way)."""
+        if not texts:
+            return [], []
+        if not self.late_indexing:
+            return self.embedder.embed_documents(texts), [None] * len(texts)
+        count = self.settings.retrieval.late_interaction.tokens
+        embedded = self.embedder.embed_documents_tokens(texts)
+        return [e.dense for e in embedded], [document_tokens(e, count) for e in embedded]
 
     # ------------------------------------------------------------------ planning
 
@@ -101,11 +124,12 @@ class IndexSync:
         """Chunk and embed memories in one batch."""
         chunked = [(m, self.chunks_for(m)) for m in memories]
         texts = [c.text for _, chunks in chunked for c in chunks]
-        vectors = self.embedder.embed_documents(texts)
+        vectors, tokens = self.embed(texts)
         planned, cursor = [], 0
         for memory, chunks in chunked:
-            planned.append(PlannedMemory(memory, chunks, vectors[cursor : cursor + len(chunks)]))
-            cursor += len(chunks)
+            end = cursor + len(chunks)
+            planned.append(PlannedMemory(memory, chunks, vectors[cursor:end], tokens[cursor:end]))
+            cursor = end
         return planned
 
     def points(self, planned: PlannedMemory) -> list[IndexPoint]:
@@ -118,8 +142,11 @@ class IndexSync:
                 payload=build_payload(
                     planned.memory, chunk.index, pin, per_step=len(planned.chunks) > 1
                 ),
+                tokens=planned.tokens[position] if position < len(planned.tokens) else None,
             )
-            for chunk, vector in zip(planned.chunks, planned.vectors, strict=True)
+            for position, (chunk, vector) in enumerate(
+                zip(planned.chunks, planned.vectors, strict=True)
+            )
         ]
 
     # ------------------------------------------------------------------ applying
@@ -202,7 +229,10 @@ class IndexSync:
     def rebuild(self, progress: ProgressFn | None = None, batch: int = 128) -> int:
         """Recreate the whole vector index from SQLite."""
         total = self.meta.count_memories()
-        self.index.reset(self.embedder.info.dimension)
+        self.index.reset(
+            self.embedder.info.dimension,
+            late_interaction=self.settings.retrieval.late_interaction.enabled,
+        )
         done = 0
         buffer: list[Memory] = []
         for memory in self.meta.iter_memories():

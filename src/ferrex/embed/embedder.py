@@ -13,7 +13,7 @@ import structlog
 from tokenizers import Tokenizer
 
 from ferrex.core.errors import MODEL_UNAVAILABLE, FerrexError
-from ferrex.core.ports import ModelInfo, Vector
+from ferrex.core.ports import ModelInfo, TokenEmbedding, Vector
 from ferrex.embed.models import (
     BUNDLED_MODEL,
     BUNDLED_VARIANT,
@@ -250,6 +250,50 @@ class FastEmbedEmbedder:
         vector = next(iter(self._model.query_embed(f"{self._prefix_query}{text}")))
         return _normalise(vector)
 
+    def embed_documents_tokens(self, texts: Sequence[str]) -> list[TokenEmbedding]:
+        self.load()
+        inputs = [f"{self._prefix_doc}{t}" for t in texts]
+        order = sorted(range(len(inputs)), key=lambda i: len(inputs[i]))
+        out: list[TokenEmbedding | None] = [None] * len(inputs)
+        for start in range(0, len(order), DOCUMENT_BATCH):
+            batch = order[start : start + DOCUMENT_BATCH]
+            for position, embedded in zip(
+                batch, self._pass([inputs[i] for i in batch]), strict=True
+            ):
+                out[position] = embedded
+        return [e for e in out if e is not None]
+
+    def embed_query_tokens(self, text: str) -> TokenEmbedding:
+        self.load()
+        return self._pass([f"{self._prefix_query}{text}"])[0]
+
+    def _pass(self, texts: list[str]) -> list[TokenEmbedding]:
+        """One model run over ``texts``: fastembed's own pooling of its output gives the dense
+        vectors (exactly what ``embed`` returns), and the output before pooling the tokens."""
+        inner = self._model.model
+        context = inner.onnx_embed(texts)
+        dense = [_normalise(v) for v in inner._post_process_onnx_output(context)]
+        hidden = np.asarray(context.model_output)
+        if hidden.ndim != 3:  # an already pooled output: no token vectors
+            return [TokenEmbedding(vector, None) for vector in dense]
+        encodings = inner.tokenizer.encode_batch(texts)
+        out = []
+        for row, (vector, encoding) in enumerate(zip(dense, encodings, strict=True)):
+            keep = [
+                i
+                for i, (special, mask) in enumerate(
+                    zip(encoding.special_tokens_mask, encoding.attention_mask, strict=True)
+                )
+                if mask and not special and i < hidden.shape[1]
+            ]
+            tokens = hidden[row, keep].astype(np.float32)
+            norms = np.linalg.norm(tokens, axis=1, keepdims=True)
+            tokens = (tokens / np.where(norms > 0, norms, 1.0)).astype(np.float32)
+            text = texts[row]
+            words = tuple(_word_of(text, encoding, i) for i in keep)
+            out.append(TokenEmbedding(vector, tokens, words))
+        return out
+
     def count_tokens(self, text: str) -> int:
         self.load()
         assert self._tokenizer is not None
@@ -278,6 +322,19 @@ def _plain_tokenizer(model: Any) -> Tokenizer:
     copy.no_truncation()
     copy.no_padding()
     return copy
+
+
+def _word_of(text: str, encoding: Any, index: int) -> str:
+    """The whole word of ``text`` that token ``index`` belongs to (lower-cased)."""
+    word = encoding.word_ids[index]
+    if word is None:
+        start, end = encoding.offsets[index]
+        return text[start:end].lower()
+    span = encoding.word_to_chars(word)
+    if span is None:
+        start, end = encoding.offsets[index]
+        return text[start:end].lower()
+    return text[span[0] : span[1]].lower()
 
 
 def _normalise(vector: Any) -> np.ndarray:

@@ -194,8 +194,6 @@ def _details(hit: RecallHit) -> dict[str, Any]:
         details["context"] = memory.context
     if memory.pinned:
         details["pinned"] = True
-    if hit.included_as:
-        details["included_as"] = hit.included_as
     return details
 
 
@@ -231,6 +229,8 @@ def present_hit(hit: RecallHit) -> dict[str, Any]:
     if hit.contradicts:
         item["contradiction"] = True
         item["contradicts"] = hit.contradicts
+    if hit.included_as:  # not found by the query itself: a contradiction partner, a neighbour
+        item["included_as"] = hit.included_as
     if hit.explain is not None:
         item["explain"] = {**hit.explain, **_details(hit)}
     return item
@@ -399,6 +399,7 @@ def present_stats(result: StatsBrief | StatsDetailed) -> dict[str, Any]:
                 if result.index_background is not None
                 else {}
             ),
+            "late_interaction": result.late_interaction,
         },
         "cache": result.cache,
         "journal_backlog": result.journal_backlog,

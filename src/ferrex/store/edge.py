@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -12,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import qdrant_edge as q
 import structlog
 
@@ -24,6 +26,8 @@ log = structlog.get_logger("ferrex.index")
 
 DENSE = "dense"
 SPARSE = "bm25"
+TOKENS = "tokens"  # the late-interaction multivector (MaxSim), where the collection has it
+_CONFIG = "edge_config.json"  # the engine's own: the collection's vectors
 _RETURNED_FIELDS = ["memory_id", "chunk"]
 
 
@@ -58,9 +62,15 @@ class EdgeIndex:
         # the copy before it replaces the live shard (None: no build under way).
         self._pending: list[q.UpdateOperation] | None = None
         self.optimizer = BackgroundOptimizer(self, optimize_min_unindexed)
+        self._late = False
         _recover_swap(path)
-        if (path / "edge_config.json").exists() or _has_segments(path):
+        if (path / _CONFIG).exists() or _has_segments(path):
             self._shard = self._load(path)
+            self._late = _has_channel(path, TOKENS)
+
+    @property
+    def late_interaction(self) -> bool:
+        return self._late
 
     @staticmethod
     def _load(path: Path) -> q.EdgeShard:
@@ -73,13 +83,27 @@ class EdgeIndex:
 
     # ------------------------------------------------------------------ schema
 
-    def ensure_collection(self, dimension: int) -> None:
+    def ensure_collection(self, dimension: int, *, late_interaction: bool = False) -> None:
+        """Create the collection if there is none (an existing one keeps its channels: the
+        late-interaction one comes with ``reset``, i.e. ``ferrex rebuild-index``)."""
         with self._lock:
             if self._shard is not None:
                 return
             self.path.mkdir(parents=True, exist_ok=True)
+            vectors = {DENSE: q.EdgeVectorParams(size=dimension, distance=q.Distance.Cosine)}
+            if late_interaction:
+                # Only rescored by filtered MaxSim queries over known candidates: no graph.
+                vectors[TOKENS] = q.EdgeVectorParams(
+                    size=dimension,
+                    distance=q.Distance.Cosine,
+                    multivector_config=q.MultiVectorConfig(q.MultiVectorComparator.MaxSim),
+                    # 8-bit TurboQuant storage: ~400 bytes a 384-d vector; MaxSim within
+                    # ~0.003 of float32 (docs/recall.md).
+                    datatype=q.VectorStorageDatatype.Turbo8,
+                    hnsw_config=q.HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=0),
+                )
             config = q.EdgeConfig(
-                vectors={DENSE: q.EdgeVectorParams(size=dimension, distance=q.Distance.Cosine)},
+                vectors=vectors,
                 sparse_vectors={SPARSE: q.EdgeSparseVectorParams(modifier=q.Modifier.Idf)},
             )
             shard = q.EdgeShard.create(str(self.path), config)
@@ -95,10 +119,8 @@ class EdgeIndex:
                 shard.update(
                     q.UpdateOperation.create_field_index(name, q.PayloadSchemaType.Integer)
                 )
-            (self.path / "edge_config.json").write_text(
-                f'{{"dense_dimension": {dimension}}}\n', encoding="utf-8"
-            )
             self._shard = shard
+            self._late = late_interaction
 
     @property
     def shard(self) -> q.EdgeShard:
@@ -116,18 +138,17 @@ class EdgeIndex:
     def upsert(self, points: Sequence[IndexPoint]) -> None:
         if not points:
             return
-        edge_points = [
-            q.Point(
-                p.point_id,
-                {
-                    DENSE: [float(x) for x in p.dense],
-                    SPARSE: q.SparseVector(list(p.sparse.indices), list(p.sparse.values)),
-                },
-                p.payload,
-            )
-            for p in points
-        ]
+        edge_points = [q.Point(p.point_id, self._vectors(p), p.payload) for p in points]
         self._apply(q.UpdateOperation.upsert_points(edge_points))
+
+    def _vectors(self, point: IndexPoint) -> dict[str, Any]:
+        vectors: dict[str, Any] = {
+            DENSE: [float(x) for x in point.dense],
+            SPARSE: q.SparseVector(list(point.sparse.indices), list(point.sparse.values)),
+        }
+        if self._late and point.tokens is not None and len(point.tokens):
+            vectors[TOKENS] = np.asarray(point.tokens, dtype=np.float32).tolist()
+        return vectors
 
     def delete_memories(self, memory_ids: Sequence[str]) -> None:
         if not memory_ids or self._shard is None:
@@ -158,15 +179,30 @@ class EdgeIndex:
         sparse: SparseVec,
         searches: Sequence[tuple[str, IndexFilter, int]],
         hnsw_ef: int,
+        tokens: np.ndarray | None = None,
     ) -> list[list[IndexHit]]:
-        """Several searches of one query, ("dense" | "sparse", filter, limit) each, in ONE
-        engine call; one list of hits per search, in order."""
+        """Several searches of one query, ("dense" | "sparse" | "tokens", filter, limit) each,
+        in ONE engine call; one list of hits per search, in order ("tokens" finds nothing
+        without the channel or query tokens)."""
         if self._shard is None or not searches:
             return [[] for _ in searches]
         vector = [float(x) for x in dense] if any(c == "dense" for c, _, _ in searches) else []
+        late = self._late and tokens is not None and len(tokens) > 0
         requests = []
         for channel, flt, limit in searches:
-            if channel == "dense":
+            if channel == "tokens":
+                if not late:
+                    continue
+                assert tokens is not None
+                requests.append(
+                    q.QueryRequest(
+                        limit=limit,
+                        query=q.Query.Nearest(tokens.astype(np.float32).tolist(), using=TOKENS),
+                        filter=_filter(flt),
+                        with_payload=_RETURNED_FIELDS,
+                    )
+                )
+            elif channel == "dense":
                 requests.append(
                     q.QueryRequest(
                         limit=limit,
@@ -187,8 +223,9 @@ class EdgeIndex:
                     )
                 )
         with self._lock:
-            batch = self.shard.query_batch(q.QueryBatchRequest(requests))
-        return [_hits(points) for points in batch]
+            batch = self.shard.query_batch(q.QueryBatchRequest(requests)) if requests else []
+        found = iter([_hits(points) for points in batch])
+        return [next(found) if channel != "tokens" or late else [] for channel, _, _ in searches]
 
     def dense_search(
         self, dense: Vector, flt: IndexFilter, limit: int, hnsw_ef: int
@@ -254,12 +291,13 @@ class EdgeIndex:
                 "segments": int(info.segments_count),
                 "indexed_vectors": int(info.indexed_vectors_count),
                 "payload_indexes": sorted(info.payload_schema.keys()),
+                "late_interaction": self._late,
                 "background_index": self.optimizer.status(),
             },
             reason=self.reason,
         )
 
-    def reset(self, dimension: int) -> None:
+    def reset(self, dimension: int, *, late_interaction: bool = False) -> None:
         self.optimizer.cancel()
         with self._lock:
             if self._shard is not None:
@@ -267,7 +305,8 @@ class EdgeIndex:
                 self._shard = None
             if self.path.exists():
                 shutil.rmtree(self.path)
-            self.ensure_collection(dimension)
+            self._late = False
+            self.ensure_collection(dimension, late_interaction=late_interaction)
 
     def start_background_work(self) -> None:
         """Build the dense HNSW index in a child process whenever enough vectors lack it."""
@@ -482,6 +521,17 @@ def _recover_swap(path: Path) -> None:
     if not path.exists() and old.exists():
         os.rename(old, path)
     shutil.rmtree(path.parent / f"{path.name}.building", ignore_errors=True)
+
+
+def _has_channel(path: Path, name: str) -> bool:
+    """Whether the shard's collection has the named vector (the engine's own config file,
+    which it writes at creation and again on every load)."""
+    try:
+        data = json.loads((path / _CONFIG).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    vectors = data.get("vectors") if isinstance(data, dict) else None
+    return isinstance(vectors, dict) and name in vectors
 
 
 def _has_segments(path: Path) -> bool:

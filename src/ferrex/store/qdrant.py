@@ -81,7 +81,12 @@ class QdrantIndex:
     def _exists(self) -> bool:
         return bool(self.client.collection_exists(self.collection))
 
-    def ensure_collection(self, dimension: int) -> None:
+    @property
+    def late_interaction(self) -> bool:
+        """Not on a Qdrant server yet (docs/recall.md): recall works without the channel."""
+        return False
+
+    def ensure_collection(self, dimension: int, *, late_interaction: bool = False) -> None:
         with self._lock:
             if self._exists():
                 return
@@ -175,11 +180,16 @@ class QdrantIndex:
         sparse: SparseVec,
         searches: Sequence[tuple[str, IndexFilter, int]],
         hnsw_ef: int,
+        tokens: Any = None,
     ) -> list[list[IndexHit]]:
         """Several searches of one query, ("dense" | "sparse", filter, limit) each, in ONE
-        request; one list of hits per search, in order."""
+        request; one list of hits per search, in order ("tokens": none, no such channel)."""
         if not searches or not self._exists():
             return [[] for _ in searches]
+        asked = [s for s in searches if s[0] != "tokens"]
+        if len(asked) < len(searches):
+            found = iter(self.search_batch(dense, sparse, asked, hnsw_ef) if asked else [])
+            return [[] if s[0] == "tokens" else next(found) for s in searches]
         vector = [float(x) for x in dense] if any(c == "dense" for c, _, _ in searches) else []
         requests = []
         for channel, flt, limit in searches:
@@ -300,11 +310,11 @@ class QdrantIndex:
         return IndexStats(
             mode=self.mode,
             points=int(count),
-            details={"collection": self.collection, **self.details},
+            details={"collection": self.collection, "late_interaction": False, **self.details},
             reason=self.reason,
         )
 
-    def reset(self, dimension: int) -> None:
+    def reset(self, dimension: int, *, late_interaction: bool = False) -> None:
         with self._lock:
             if self._exists():
                 self.client.delete_collection(self.collection)
