@@ -3,6 +3,10 @@
     python bench/sweep.py locomo --dump bench/.cache/features-locomo.json
     python bench/sweep.py beir --dump bench/.cache/features-beir.json
     python bench/calibrate.py bench/.cache/features-locomo.json bench/.cache/features-beir.json
+    python bench/sweep.py locomo --set retrieval.late_interaction.enabled=true \
+        --dump bench/.cache/features-locomo-late.json             # (and beir, the same)
+    python bench/calibrate.py --late bench/.cache/features-locomo-late.json \
+        bench/.cache/features-beir-late.json                      # retrieval.relevance_late
 
 Each dump holds, per dev question, every deep candidate's (cosine, normalised BM25, label).
 A logistic regression ``sigmoid(bias + dense x cosine + bm25 x bm25_norm)`` is fitted by Newton's
@@ -61,6 +65,68 @@ def fit(
     return beta
 
 
+def _questions(path: Path) -> list[tuple[np.ndarray, int]]:
+    """Per question: its candidates' (cosine, bm25_norm, late, label) and its relevant count."""
+    out = []
+    for question in json.loads(path.read_text(encoding="utf-8")):
+        rows = [
+            [r[0] or 0.0, r[1] or 0.0, r[3] if len(r) > 3 and r[3] is not None else 0.0, r[2]]
+            for r in question["candidates"]
+        ]
+        out.append((np.array(rows, dtype=np.float64), question.get("relevant") or 1))
+    return out
+
+
+def _quality(questions: list[tuple[np.ndarray, int]], direction: np.ndarray) -> tuple[float, float]:
+    """(recall@10, nDCG@10) of the candidates ordered by ``features @ direction``."""
+    discount = 1.0 / np.log2(np.arange(2, 12))
+    recalls, ndcgs = [], []
+    for rows, total in questions:
+        top = np.argsort(-(rows[:, :3] @ direction), kind="stable")[:10]
+        labels = rows[top, 3]
+        recalls.append(labels.sum() / total)
+        ndcgs.append((labels * discount[: len(labels)]).sum() / discount[: min(10, total)].sum())
+    return float(np.mean(recalls)), float(np.mean(ndcgs))
+
+
+def late_model(locomo: Path, beir: Path) -> None:
+    """``retrieval.relevance_late``: the direction (cosine, BM25, late weights, on a grid) with
+    the best LoCoMo recall@10 among those that keep SciFact's nDCG@10 at least at the
+    two-feature model's (issue 15: no idea may lower it), then its scale and bias by a logistic
+    on that one score, classes and sets weighing the same (as ``retrieval.relevance``)."""
+    conversations, abstracts = _questions(locomo), _questions(beir)
+    baseline = np.array([7.01, 8.73, 0.0])  # retrieval.relevance's weights
+    floor = _quality(abstracts, baseline)[1]
+    print(
+        f"two-feature model: LoCoMo R@10 {_quality(conversations, baseline)[0]:.4f}, "
+        f"SciFact nDCG@10 {floor:.4f}"
+    )
+    best: tuple[float, float, np.ndarray] | None = None
+    for dense, bm25, late in itertools.product(
+        [5, 6, 7, 8], [6, 7, 8, 9, 10], [0, 0.5, 1, 1.5, 2, 3, 4]
+    ):
+        direction = np.array([dense, bm25, late], dtype=np.float64)
+        recall = _quality(conversations, direction)[0]
+        ndcg = _quality(abstracts, direction)[1]
+        if ndcg >= floor and (best is None or recall > best[0]):
+            best = (recall, ndcg, direction)
+    assert best is not None
+    recall, ndcg, direction = best
+    print(f"direction {direction.tolist()}: LoCoMo R@10 {recall:.4f}, SciFact nDCG@10 {ndcg:.4f}")
+    xs, ys, ws = [], [], []
+    for questions in (conversations, abstracts):
+        rows = np.vstack([r for r, _ in questions])
+        y = rows[:, 3]
+        xs.append(rows[:, :3] @ direction)
+        ys.append(y)
+        ws.append(np.where(y > 0, 0.5 / y.sum(), 0.5 / (len(y) - y.sum())))
+    x, y, w = np.concatenate(xs)[:, None], np.concatenate(ys), np.concatenate(ws)
+    beta = fit(x, y, w * len(y) / w.sum())
+    weights = beta[1] * direction
+    print(f"bias = {beta[0]:.3f}\ndense = {weights[0]:.3f}\nbm25 = {weights[1]:.3f}")
+    print(f"late = {weights[2]:.3f}")
+
+
 def main(paths: list[str]) -> None:
     if paths and paths[0] == "--ratios":
         ratios = [float(r) for r in paths[1].split(",")]
@@ -68,6 +134,10 @@ def main(paths: list[str]) -> None:
             cells = [ranking(Path(p), ratio) for p in paths[2:]]
             text = "  ".join(f"R@10 {r:.3f} nDCG@10 {n:.3f}" for r, n in cells)
             print(f"ratio {ratio:g}: {text}")
+        return
+    late = bool(paths) and paths[0] == "--late"
+    if late:  # the model for retrieval.relevance_late: dumps made with the channel on
+        late_model(Path(paths[1]), Path(paths[2]))
         return
     xs, ys, ws = [], [], []
     for path in paths:

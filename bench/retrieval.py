@@ -423,7 +423,7 @@ def channel_lists(service: Any, query: str, namespace: str, depths: Iterable[int
 
     cfg = service.settings.retrieval
     flt = IndexFilter(namespace=namespace)
-    vector = service.recalling._query_vector(query)
+    vector = service.recalling._query_vectors(query)[0]
     sparse = service.sparse.encode_query(query)
     out: Channels = {}
     for depth in sorted(set(depths)):

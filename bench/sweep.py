@@ -16,8 +16,8 @@ both under ``--gate R,C`` (default: the configured gate; ``0,0`` for none) gets 
 any floor. Prints, per variant, the metrics at every floor (the trade-off curve) and how many
 questions the gate left without an answer.
 
-``--dump`` writes every deep candidate's evidence (cosine, normalised BM25) and label for
-``bench/calibrate.py``.
+``--dump`` writes every deep candidate's evidence (cosine, normalised BM25), label and (with
+the late-interaction channel) mean MaxSim for ``bench/calibrate.py``.
 """
 
 from __future__ import annotations
@@ -93,7 +93,9 @@ def gate_passes(ranked: Sequence[tuple[str, float, Any]], gate: tuple[float, flo
     from ferrex.config import AnswerGate
     from ferrex.core.relevance import answers
 
-    best_relevance = max((e.get("relevance") or 0.0 for _, _, e in ranked), default=0.0)
+    best_relevance = max(
+        (e.get("gate_relevance", e.get("relevance")) or 0.0 for _, _, e in ranked), default=0.0
+    )
     best_cosine = max((e.get("cosine") or 0.0 for _, _, e in ranked), default=0.0)
     if not ranked:
         return gate[0] <= 0 and gate[1] <= 0  # the service gates only a non-empty pool
@@ -215,7 +217,12 @@ def run(args: argparse.Namespace) -> None:
                                 "query": arguments["query"],
                                 "relevant": len(labels),
                                 "candidates": [
-                                    [e.get("cosine"), e.get("bm25_norm"), int(mid in labels)]
+                                    [
+                                        e.get("cosine"),
+                                        e.get("bm25_norm"),
+                                        int(mid in labels),
+                                        e.get("late"),
+                                    ]
                                     for mid, _, e in long
                                 ],
                             }

@@ -4,6 +4,7 @@ the dense embedding, pooled and stored as an engine multivector, scored by MaxSi
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -170,3 +171,68 @@ def test_a_collection_made_without_the_channel_reports_it_and_ignores_token_vect
     index.reset(3, late_interaction=True)
     assert index.late_interaction
     index.close()
+
+
+# --------------------------------------------------------------------------- through recall
+
+
+def test_a_tier_prefix_is_no_token_of_the_query_or_the_memory(models_dir: Path) -> None:
+    """BGE / E5 tiers embed "<instruction>text": the instruction's words are the same in every
+    query (or document) and would dilute every MaxSim; only the text's own tokens count."""
+    model = FastEmbedEmbedder("small", models_dir, offline=True, prefer_bundled=True)
+    model.load()
+    model._prefix_query = "Represent this sentence for searching relevant passages: "
+    model._prefix_doc = "passage: "
+    query = model.embed_query_tokens("Where does Gina work?")
+    assert query.words == ("where", "does", "gina", "work", "?")
+    (document,) = model.embed_documents_tokens(["Gina works at a bakery"])
+    assert document.words == ("gina", "works", "at", "a", "bakery")
+    # The dense vectors still embed the whole input, prefix included, as before.
+    assert np.allclose(query.dense, model.embed_query("Where does Gina work?"), atol=1e-6)
+
+
+def test_a_candidate_the_channel_did_not_score_keeps_its_two_channel_relevance() -> None:
+    from ferrex.config import RelevanceModel
+    from ferrex.core.ports import IndexHit
+    from ferrex.core.relevance import relevance, relevance_of
+
+    plain = RelevanceModel()
+    late_model = RelevanceModel(bias=-5.0, dense=7.0, bm25=9.0, late=1.5)
+    dense = [IndexHit("p1", "a", 0.8), IndexHit("p2", "b", 0.8)]
+    bm25 = [IndexHit("p1", "a", 1.0), IndexHit("p2", "b", 1.0)]
+    scored = relevance_of(
+        ["a", "b"],
+        dense,
+        bm25,
+        query_weight=2.0,
+        points=100,
+        fetched=30,
+        model=late_model,
+        late={"a": 0.9},
+        without_late=plain,
+    )
+    normed = scored["a"][1][2]
+    assert scored["a"][0] == pytest.approx(relevance(0.8, normed, late_model, 0.9))
+    # "b" has no token vectors: the two-channel model, not a MaxSim of 0 under the late one.
+    assert scored["b"][0] == pytest.approx(relevance(0.8, normed, plain))
+
+
+def test_long_procedures_do_not_crowd_other_candidates_out_of_the_channel(
+    make_service: Any,
+) -> None:
+    from ferrex.server.calls import run_tool
+
+    service = make_service(**{"retrieval.late_interaction.enabled": True})
+    for name in ("rotate the signing keys", "restore the billing database", "drain a node"):
+        steps = [f"{name}: check item {i} of the runbook and record it" for i in range(40)]
+        run_tool(service, "store", {"type": "procedural", "name": name, "steps": steps})
+    for i, topic in enumerate(["billing", "signing", "nodes", "runbook", "database", "keys"]):
+        run_tool(service, "store", {"content": f"Note {i}: the {topic} review went well"})
+    answer = run_tool(
+        service, "recall", {"query": "check the runbook items", "limit": 20, "explain": True}
+    )
+    results = answer["results"]
+    assert len(results) == 9
+    # Every candidate has its MaxSim: 120 step points did not push the notes out of the page.
+    lates = [r["explain"].get("late") for r in results]
+    assert all(isinstance(v, float) for v in lates), lates

@@ -145,7 +145,7 @@ class Store:
                     names.setdefault(name, []).append(draft)
         # One model call for the documents and the entity names they introduce.
         wanted = [*texts, *names]
-        vectors, tokens = self.sync.embed(wanted)
+        vectors, tokens = self.sync.embed(wanted, documents=len(texts))
         cursor = 0
         for draft in drafts:
             if isinstance(draft, _Prepared):

@@ -12,7 +12,8 @@ count). The query's words that carry no content (the BM25 tokenizer's stop words
 are left out; a memory keeps every word but punctuation (its stop words help: measured). Storage
 stays bounded: a memory's tokens are clustered to at most ``retrieval.late_interaction.tokens``
 vectors (see ``pool``) and the engine stores them 8-bit (TurboQuant, ~400 bytes a 384-d
-vector): 18 vectors are ~7.3 KB a point.
+vector, ~800 at 768): at most 18 vectors, ~7.3 KB a point with the small tier's model (measured
+at 10k memories: +6.7 KB a memory, bench/late_cost.py), ~14 KB with a 768-d tier's.
 
 ``late`` is one more piece of evidence in the calibrated relevance (core/relevance.py), with its
 own fitted weights (``retrieval.relevance_late``): scores stay relevance in [0, 1].

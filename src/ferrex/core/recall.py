@@ -432,6 +432,7 @@ class Recall:
             fetched=prefetch,
             model=cfg.relevance if late is None else cfg.relevance_late,
             late=late,
+            without_late=cfg.relevance,
         )
         gate_relevance: dict[str, float] = {}
         if late is not None:
@@ -447,7 +448,7 @@ class Recall:
             gate_relevance = {mid: value for mid, (value, _) in two_channels.items()}
         joined: dict[str, str] = {}
         if cfg.mode == "hybrid" and cfg.neighbours.weight > 0 and scored:
-            joined = self._neighbour_credit(scored, flt)
+            joined = self._neighbour_credit(scored, flt, gate_relevance or None)
             for mid in joined:
                 best.setdefault(mid, 0.0)
         if cfg.mode == "hybrid" and cfg.fusion == "relevance":
@@ -503,7 +504,14 @@ class Recall:
         if tokens is not None:
             late = {}
             if late_ids:
-                for hit in best_chunk_per_memory(results[-1], len(late_ids)):
+                hits = results[-1]
+                # Long procedures (a point per step) can crowd the page: fetched deeper (x4,
+                # up to MAX_CHUNK_FETCH points) until every candidate's best chunk is in.
+                while needs_deeper_fetch(hits, depth, len(late_ids)) and depth < MAX_CHUNK_FETCH:
+                    depth = min(MAX_CHUNK_FETCH, depth * 4)
+                    only = [("tokens", replace(flt, memory_ids=late_ids), depth)]
+                    hits = self.index.search_batch(vector, sparse, only, cfg.hnsw_ef, tokens)[0]
+                for hit in best_chunk_per_memory(hits, len(late_ids)):
                     late[hit.memory_id] = mean_maxsim(hit.score, len(tokens))
         dense_out, bm25_out = (
             [*hits, *best_chunk_per_memory(found[channel], len(missing[channel]))]
@@ -533,8 +541,10 @@ class Recall:
         self,
         scored: dict[str, tuple[float, tuple[float | None, float | None, float]]],
         flt: IndexFilter,
+        gate: dict[str, float] | None = None,
     ) -> dict[str, str]:
-        """Context neighbours (core/neighbours.py): updates ``scored`` in place; returns the
+        """Context neighbours (core/neighbours.py): updates ``scored`` in place (and ``gate``,
+        the two-channel relevance the answer gate judges, with the same credit); returns the
         neighbours that joined, each with the hit it came by. A filtered recall (entities, a
         time range, a past moment, history) lets credit reach its own candidates only."""
         cfg = self.settings.retrieval.neighbours
@@ -552,6 +562,8 @@ class Recall:
         for mid, value in credit.relevance.items():
             evidence = scored[mid][1] if mid in scored else (None, None, 0.0)
             scored[mid] = (value, evidence)
+        if gate is not None:
+            gate.update(context_credit(gate, near, cfg, may_join=may_join).relevance)
         return credit.joined
 
     def _held_back(

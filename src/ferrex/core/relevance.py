@@ -97,6 +97,7 @@ def relevance_of(
     fetched: int,
     model: RelevanceModel,
     late: dict[str, float] | None = None,
+    without_late: RelevanceModel | None = None,
 ) -> dict[str, tuple[float, tuple[float | None, float | None, float]]]:
     """Relevance of each candidate and its evidence (cosine, raw BM25, normalised BM25).
 
@@ -104,7 +105,8 @@ def relevance_of(
     channel's evidence imputed: BM25 0 (it matched no term, or too weakly to be fetched), the
     cosine of the channel's last hit when the channel was cut at ``fetched`` (an upper bound),
     else 0. ``late`` (memory id -> mean MaxSim) is given with the model fitted with it; a
-    candidate without token vectors counts 0 there.
+    candidate the late channel did not score (a point written without token vectors) is scored
+    by ``without_late``, the two-channel model, rather than as a MaxSim of 0.
     """
     dense = {hit.memory_id: hit.score for hit in dense_hits}
     bm25 = {hit.memory_id: hit.score for hit in bm25_hits}
@@ -114,11 +116,12 @@ def relevance_of(
         cosine = dense.get(memory_id)
         raw = bm25.get(memory_id)
         normed = bm25_norm(raw or 0.0, query_weight, points)
+        scored_late = late is not None and memory_id in late
         value = relevance(
             dense_floor if cosine is None else cosine,
             normed,
-            model,
-            late.get(memory_id, 0.0) if late is not None else 0.0,
+            model if scored_late or without_late is None else without_late,
+            late[memory_id] if late is not None and scored_late else 0.0,
         )
         out[memory_id] = (value, (cosine, raw, normed))
     return out

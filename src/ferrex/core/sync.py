@@ -87,20 +87,27 @@ class IndexSync:
 
     @property
     def late_indexing(self) -> bool:
-        """Whether points get token vectors: the setting is on and the collection has the
-        channel (an older collection gets it with ``ferrex rebuild-index``)."""
-        return self.settings.retrieval.late_interaction.enabled and self.index.late_interaction
+        """Whether points get token vectors: whenever the collection has the channel (created
+        with ``retrieval.late_interaction.enabled``; an older one gets it with ``ferrex
+        rebuild-index``), whatever the setting says now, so that no point of it lacks them."""
+        return self.index.late_interaction
 
-    def embed(self, texts: Sequence[str]) -> tuple[list[Vector], list[np.ndarray | None]]:
-        """Document vectors and, where the index has the channel, their pooled token vectors
-        (the same model pass: one model call either way)."""
+    def embed(
+        self, texts: Sequence[str], documents: int | None = None
+    ) -> tuple[list[Vector], list[np.ndarray | None]]:
+        """Document vectors and, where the index has the channel, the pooled token vectors of
+        the first ``documents`` texts (all by default; the rest, entity names embedded in the
+        same batch, need none). The same model pass: one model call either way."""
         if not texts:
             return [], []
         if not self.late_indexing:
             return self.embedder.embed_documents(texts), [None] * len(texts)
         count = self.settings.retrieval.late_interaction.tokens
+        pooled = len(texts) if documents is None else documents
         embedded = self.embedder.embed_documents_tokens(texts)
-        return [e.dense for e in embedded], [document_tokens(e, count) for e in embedded]
+        return [e.dense for e in embedded], [
+            document_tokens(e, count) if n < pooled else None for n, e in enumerate(embedded)
+        ]
 
     # ------------------------------------------------------------------ planning
 

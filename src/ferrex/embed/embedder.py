@@ -257,19 +257,20 @@ class FastEmbedEmbedder:
         out: list[TokenEmbedding | None] = [None] * len(inputs)
         for start in range(0, len(order), DOCUMENT_BATCH):
             batch = order[start : start + DOCUMENT_BATCH]
-            for position, embedded in zip(
-                batch, self._pass([inputs[i] for i in batch]), strict=True
-            ):
+            passed = self._pass([inputs[i] for i in batch], len(self._prefix_doc))
+            for position, embedded in zip(batch, passed, strict=True):
                 out[position] = embedded
         return [e for e in out if e is not None]
 
     def embed_query_tokens(self, text: str) -> TokenEmbedding:
         self.load()
-        return self._pass([f"{self._prefix_query}{text}"])[0]
+        return self._pass([f"{self._prefix_query}{text}"], len(self._prefix_query))[0]
 
-    def _pass(self, texts: list[str]) -> list[TokenEmbedding]:
+    def _pass(self, texts: list[str], prefix: int = 0) -> list[TokenEmbedding]:
         """One model run over ``texts``: fastembed's own pooling of its output gives the dense
-        vectors (exactly what ``embed`` returns), and the output before pooling the tokens."""
+        vectors (exactly what ``embed`` returns), and the output before pooling the tokens —
+        those of the text itself: not the tier's instruction prefix (its first ``prefix``
+        characters), which every query or document shares."""
         inner = self._model.model
         context = inner.onnx_embed(texts)
         dense = [_normalise(v) for v in inner._post_process_onnx_output(context)]
@@ -279,12 +280,11 @@ class FastEmbedEmbedder:
         encodings = inner.tokenizer.encode_batch(texts)
         out = []
         for row, (vector, encoding) in enumerate(zip(dense, encodings, strict=True)):
+            flags = zip(encoding.special_tokens_mask, encoding.attention_mask, strict=True)
             keep = [
                 i
-                for i, (special, mask) in enumerate(
-                    zip(encoding.special_tokens_mask, encoding.attention_mask, strict=True)
-                )
-                if mask and not special and i < hidden.shape[1]
+                for i, (special, mask) in enumerate(flags)
+                if mask and not special and i < hidden.shape[1] and encoding.offsets[i][0] >= prefix
             ]
             tokens = hidden[row, keep].astype(np.float32)
             norms = np.linalg.norm(tokens, axis=1, keepdims=True)

@@ -135,6 +135,7 @@ RECALL_OUTPUT: dict[str, Any] = {
                     "freshness": _FRESHNESS,
                     "contradiction": {"type": "boolean"},
                     "contradicts": {"type": "array", "items": {"type": "string"}},
+                    "included_as": {"type": "string", "enum": ["contradiction", "neighbour"]},
                 },
                 "required": ["id", "type", "content", "score", "freshness"],
             },

@@ -343,12 +343,17 @@ class EdgeIndex:
 
     def unindexed_vectors(self) -> int:
         """Dense vectors not in an HNSW graph yet (searched by brute force). The engine counts
-        every point's sparse vector as indexed, and a dense one once its graph exists."""
+        every point's sparse vector as indexed, a dense one once its graph exists, and (with
+        the late-interaction channel) a point's token vectors once its segment is optimized,
+        like its dense one: indexed = P + 2 x (dense in a graph)."""
         if self._shard is None:
             return 0
         with self._lock:
             info = self.shard.info()
-        return max(0, 2 * int(info.points_count) - int(info.indexed_vectors_count))
+        points, indexed = int(info.points_count), int(info.indexed_vectors_count)
+        if self._late:
+            return max(0, (3 * points - indexed) // 2)
+        return max(0, 2 * points - indexed)
 
     def snapshot_for_build(self, target: Path) -> None:
         """Copy the shard's files to ``target`` and start recording updates for the swap."""
