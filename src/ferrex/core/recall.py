@@ -175,14 +175,25 @@ class Recall:
         stale: list[Candidate] = []
         floored = False
         chunk = limit + 8
+        # With late interaction (no cross-encoder) the floor, like the gate, judges the
+        # two-channel relevance it was chosen on: late interaction orders and scores the
+        # candidates, it does not drop one the cosine and BM25 evidence keeps (a paraphrase
+        # shares no token with the question: its MaxSim is low, its cosine is not).
+        two_channel = cached.gate_relevance if not cross_encoder else {}
         for rank, (memory_id, score, dense_rank, bm25_rank) in enumerate(entries, start=1):
             relevance = cached.relevance.get(memory_id, 0.0)
-            if prunable:
-                if relevance < floor:
-                    floored = True
-                    break
-                if len(candidates) >= limit and relevance < candidates[limit - 1].relevance / scale:
-                    break
+            if two_channel and two_channel.get(memory_id, relevance) < floor:
+                floored = True
+                continue
+            if prunable and not two_channel and relevance < floor:
+                floored = True
+                break
+            if (
+                prunable
+                and len(candidates) >= limit
+                and relevance < candidates[limit - 1].relevance / scale
+            ):
+                break
             if memory_id not in fetched:
                 span = entries[rank - 1 : rank - 1 + chunk] if prunable else entries
                 wanted = [e[0] for e in span if e[0] not in fetched]
@@ -244,12 +255,14 @@ class Recall:
             boost_of=boost,
             base_k=cfg.fused_base_k,
             max_boost=scale,
-            min_score=floor,
+            min_score=0.0 if two_channel else floor,  # (the loop above applied it)
             by_relevance=cfg.mode == "hybrid" and cfg.fusion == "relevance",
         )
         selected = ordered[:limit]
         held = (
-            set() if gated is not None else self._held_back(candidates, stale, limit, boost, floor)
+            set()
+            if gated is not None
+            else self._held_back(candidates, stale, limit, boost, 0.0 if two_channel else floor)
         )
         truncated = 0
         tokens_used = None
