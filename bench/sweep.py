@@ -87,7 +87,11 @@ def ask(service: Any, arguments: dict[str, Any]) -> list[tuple[str, float, dict[
 def floored(ranked: Sequence[tuple[str, float, Any]], floor: float) -> list[str]:
     """What ``retrieval.min_score = floor`` keeps: the base score (relevance before the boost)
     at the floor, or with late interaction the two-channel relevance (as the service)."""
-    return [mid for mid, base, e in ranked if e.get("gate_relevance", base) >= floor]
+    return [
+        mid
+        for mid, base, e in ranked
+        if (base if e.get("rerank_score") is not None else e.get("gate_relevance", base)) >= floor
+    ]
 
 
 def gate_passes(ranked: Sequence[tuple[str, float, Any]], gate: tuple[float, float]) -> bool:

@@ -136,7 +136,10 @@ def test_the_engine_scores_the_channel_by_maxsim_over_the_asked_candidates(
     flt = IndexFilter(namespace="default", memory_ids=("m1", "m2", "m4"))
     (hits,) = index.search_batch(np.zeros(3), SparseVec((), ()), [("tokens", flt, 10)], 16, query)
     scores = {hit.memory_id: hit.score for hit in hits}
-    assert set(scores) == {"m1", "m2"}  # only the asked ones; m4 has no token vectors
+    # Only the asked ones; m4 was written without token vectors: its dense vector stands in
+    # (every point of the collection has the channel's vector).
+    assert set(scores) == {"m1", "m2", "m4"}
+    documents[4] = _unit([[1, 0, 0]])
     for memory_id, total in scores.items():
         reference = maxsim(query, documents[int(memory_id[1:])])
         # 8-bit storage: within 0.01 of the exact float32 MaxSim.

@@ -230,3 +230,46 @@ def test_context_neighbours_credit_by_noisy_or_within_the_gap() -> None:
     assert credit.relevance["hit"] == 0.8
     blocked = context_credit({"hit": 0.8}, near, cfg, may_join=False)
     assert blocked.joined == {} and set(blocked.relevance) == {"hit"}
+
+
+def test_the_floor_judges_a_candidates_floor_basis_where_it_has_one() -> None:
+    """Late interaction: a candidate is ordered and scored by its three-feature relevance but
+    the floor judges its two-channel relevance (``floor_basis``); the cross-encoder's head is
+    judged on its probability."""
+    from ferrex.core.retrieval import Candidate, order_candidates
+
+    def candidates() -> list[Candidate]:
+        out = []
+        for rank, (mid, relevance, basis) in enumerate(
+            [("a", 0.30, 0.35), ("b", 0.098, 0.105), ("c", 0.12, 0.05)], start=1
+        ):
+            c = Candidate(mid, 0.0, rank)
+            c.relevance, c.floor_basis = relevance, basis
+            out.append(c)
+        return out
+
+    ordered, _ = order_candidates(
+        candidates(),
+        rerank_top_n=0,
+        rerank=None,
+        boost_of=lambda c: 1.0,
+        base_k=5.0,
+        max_boost=1.3,
+        min_score=0.1,
+    )
+    # b (0.098 but two-channel 0.105) stays; c (0.12 but two-channel 0.05) goes; scores are
+    # the relevance itself.
+    assert [c.memory_id for c in ordered] == ["a", "b"]
+    assert ordered[1].final_score == pytest.approx(0.098 / 1.3)
+    # With a cross-encoder over the first one: its probability decides for it, the basis for
+    # the tail.
+    ordered, _ = order_candidates(
+        candidates(),
+        rerank_top_n=1,
+        rerank=lambda head: [-5.0],
+        boost_of=lambda c: 1.0,
+        base_k=5.0,
+        max_boost=1.3,
+        min_score=0.1,
+    )
+    assert [c.memory_id for c in ordered] == ["b"]

@@ -179,13 +179,15 @@ class Recall:
         # two-channel relevance it was chosen on: late interaction orders and scores the
         # candidates, it does not drop one the cosine and BM25 evidence keeps (a paraphrase
         # shares no token with the question: its MaxSim is low, its cosine is not).
-        two_channel = cached.gate_relevance if not cross_encoder else {}
+        # (With a cross-encoder: those past its window, which it did not score.)
+        two_channel = cached.gate_relevance
         for rank, (memory_id, score, dense_rank, bm25_rank) in enumerate(entries, start=1):
             relevance = cached.relevance.get(memory_id, 0.0)
-            if two_channel and two_channel.get(memory_id, relevance) < floor:
+            floor_basis = two_channel.get(memory_id, relevance) if two_channel else None
+            if prunable and floor_basis is not None and floor_basis < floor:
                 floored = True
-                continue
-            if prunable and not two_channel and relevance < floor:
+                continue  # (the page is ordered by the late relevance, not by this)
+            if prunable and floor_basis is None and relevance < floor:
                 floored = True
                 break
             if (
@@ -210,6 +212,7 @@ class Recall:
             fresh = assess(memory, now, self.settings.staleness)
             candidate = Candidate(memory_id, score, rank, dense_rank, bm25_rank)
             candidate.relevance = relevance
+            candidate.floor_basis = floor_basis
             if request.explain and memory_id in cached.evidence:
                 cosine, bm25, bm25_normed = cached.evidence[memory_id]
                 candidate.extra.update(
@@ -255,14 +258,13 @@ class Recall:
             boost_of=boost,
             base_k=cfg.fused_base_k,
             max_boost=scale,
-            min_score=0.0 if two_channel else floor,  # (the loop above applied it)
+            min_score=floor,
             by_relevance=cfg.mode == "hybrid" and cfg.fusion == "relevance",
         )
+        floored = floored or (floor > 0 and len(ordered) < len(candidates))
         selected = ordered[:limit]
         held = (
-            set()
-            if gated is not None
-            else self._held_back(candidates, stale, limit, boost, 0.0 if two_channel else floor)
+            set() if gated is not None else self._held_back(candidates, stale, limit, boost, floor)
         )
         truncated = 0
         tokens_used = None

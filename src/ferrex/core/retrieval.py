@@ -59,6 +59,9 @@ class Candidate:
     final_score: float = 0.0
     # Calibrated relevance from the channels' evidence (core/relevance.py), before any boost.
     relevance: float = 0.0
+    # What the floor judges when it is not the base score: with late interaction, the
+    # two-channel relevance the floor was chosen on (None: the base score).
+    floor_basis: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def explain(self) -> dict[str, Any]:
@@ -74,6 +77,11 @@ class Candidate:
             "final_score": round(self.final_score, 6),
             **self.extra,
         }
+
+
+def _floor_value(candidate: Candidate) -> float:
+    """What the floor compares for a candidate the cross-encoder did not score."""
+    return candidate.base_score if candidate.floor_basis is None else candidate.floor_basis
 
 
 def rank_score(rank: int, base_k: float) -> float:
@@ -104,7 +112,8 @@ def order_candidates(
     max_boost`` and the tail keeps its fused order below the head's lowest score, no boost.
 
     The floor: a candidate whose base score (relevance, or the cross-encoder's probability) is
-    below ``min_score`` is not returned, whatever its boost.
+    below ``min_score`` is not returned, whatever its boost; one not reranked is judged on its
+    ``floor_basis`` where it has one (late interaction: the two-channel relevance).
     """
     scale = max(1.0, max_boost)
     head = list(candidates[:rerank_top_n]) if rerank is not None else []
@@ -124,7 +133,7 @@ def order_candidates(
             candidate.rerank_score = None
             candidate.base_score = candidate.relevance
             candidate.boost = 1.0
-            if candidate.base_score < min_score:
+            if _floor_value(candidate) < min_score:
                 continue
             ceiling = min(ceiling, candidate.base_score)
             candidate.final_score = ceiling
@@ -134,7 +143,7 @@ def order_candidates(
     for candidate in candidates:
         candidate.rerank_score = None
         candidate.base_score = candidate.relevance
-        if candidate.base_score < min_score:
+        if _floor_value(candidate) < min_score:
             continue
         candidate.boost = boost_of(candidate)
         candidate.final_score = min(1.0, candidate.base_score * candidate.boost / scale)

@@ -270,7 +270,8 @@ class FastEmbedEmbedder:
         """One model run over ``texts``: fastembed's own pooling of its output gives the dense
         vectors (exactly what ``embed`` returns), and the output before pooling the tokens —
         those of the text itself: not the tier's instruction prefix (its first ``prefix``
-        characters), which every query or document shares."""
+        characters), which every query or document shares. A token is the text's when it ends
+        past the prefix (a SentencePiece token carries the space before its word)."""
         inner = self._model.model
         context = inner.onnx_embed(texts)
         dense = [_normalise(v) for v in inner._post_process_onnx_output(context)]
@@ -284,7 +285,7 @@ class FastEmbedEmbedder:
             keep = [
                 i
                 for i, (special, mask) in enumerate(flags)
-                if mask and not special and i < hidden.shape[1] and encoding.offsets[i][0] >= prefix
+                if mask and not special and i < hidden.shape[1] and encoding.offsets[i][1] > prefix
             ]
             tokens = hidden[row, keep].astype(np.float32)
             norms = np.linalg.norm(tokens, axis=1, keepdims=True)

@@ -146,8 +146,16 @@ class EdgeIndex:
             DENSE: [float(x) for x in point.dense],
             SPARSE: q.SparseVector(list(point.sparse.indices), list(point.sparse.values)),
         }
-        if self._late and point.tokens is not None and len(point.tokens):
-            vectors[TOKENS] = np.asarray(point.tokens, dtype=np.float32).tolist()
+        if self._late:
+            # Every point of a collection with the channel has token vectors (the count of
+            # unindexed vectors relies on it): the dense vector stands in where a text gives
+            # none.
+            tokens = point.tokens if point.tokens is not None and len(point.tokens) else None
+            vectors[TOKENS] = (
+                np.asarray(tokens, dtype=np.float32).tolist()
+                if tokens is not None
+                else [vectors[DENSE]]
+            )
         return vectors
 
     def delete_memories(self, memory_ids: Sequence[str]) -> None:
@@ -345,7 +353,8 @@ class EdgeIndex:
         """Dense vectors not in an HNSW graph yet (searched by brute force). The engine counts
         every point's sparse vector as indexed, a dense one once its graph exists, and (with
         the late-interaction channel) a point's token vectors once its segment is optimized,
-        like its dense one: indexed = P + 2 x (dense in a graph)."""
+        like its dense one (every point has them: ``_vectors``): indexed = P + 2 x (dense in
+        a graph)."""
         if self._shard is None:
             return 0
         with self._lock:
