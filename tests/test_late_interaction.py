@@ -197,23 +197,14 @@ def test_a_tier_prefix_is_no_token_of_the_query_or_the_memory(models_dir: Path) 
 def test_a_candidate_the_channel_did_not_score_keeps_its_two_channel_relevance() -> None:
     from ferrex.config import RelevanceModel
     from ferrex.core.ports import IndexHit
-    from ferrex.core.relevance import relevance, relevance_of
+    from ferrex.core.relevance import evidence_of, relevance, score_evidence
 
     plain = RelevanceModel()
     late_model = RelevanceModel(bias=-5.0, dense=7.0, bm25=9.0, late=1.5)
     dense = [IndexHit("p1", "a", 0.8), IndexHit("p2", "b", 0.8)]
     bm25 = [IndexHit("p1", "a", 1.0), IndexHit("p2", "b", 1.0)]
-    scored = relevance_of(
-        ["a", "b"],
-        dense,
-        bm25,
-        query_weight=2.0,
-        points=100,
-        fetched=30,
-        model=late_model,
-        late={"a": 0.9},
-        without_late=plain,
-    )
+    evidence = evidence_of(["a", "b"], dense, bm25, query_weight=2.0, points=100, fetched=30)
+    scored = score_evidence(evidence, late_model, {"a": 0.9}, without_late=plain)
     normed = scored["a"][1][2]
     assert scored["a"][0] == pytest.approx(relevance(0.8, normed, late_model, 0.9))
     # "b" has no token vectors: the two-channel model, not a MaxSim of 0 under the late one.

@@ -26,7 +26,7 @@ from ferrex.core.ports import (
     SparseVec,
     Vector,
 )
-from ferrex.core.relevance import answers, max_boost, relevance_of
+from ferrex.core.relevance import answers, evidence_of, max_boost, score_evidence
 from ferrex.core.requests import RecallRequest
 from ferrex.core.results import RecallHit, RecallResult
 from ferrex.core.retrieval import (
@@ -433,34 +433,27 @@ class Recall:
             if hit.memory_id and hit.score > best.get(hit.memory_id, float("-inf")):
                 best[hit.memory_id] = hit.score
         late: dict[str, float] | None = None
-        points = self.meta.count_memories(flt.namespace)
         if cfg.mode == "hybrid":
             dense_hits, all_bm25, late = self._complete_evidence(
                 list(best), dense_hits, all_bm25, vector, sparse_query, flt, tokens
             )
-        scored = relevance_of(
+        evidence = evidence_of(
             list(best),
             dense_hits,
             all_bm25,
             query_weight=query_weight,
-            points=points,
+            points=self.meta.count_memories(flt.namespace),
             fetched=prefetch,
-            model=cfg.relevance if late is None else cfg.relevance_late,
-            late=late,
-            without_late=cfg.relevance,
         )
-        gate_relevance: dict[str, float] = {}
-        if late is not None:
-            two_channels = relevance_of(
-                list(best),
-                dense_hits,
-                all_bm25,
-                query_weight=query_weight,
-                points=points,
-                fetched=prefetch,
-                model=cfg.relevance,
-            )
-            gate_relevance = {mid: value for mid, (value, _) in two_channels.items()}
+        model = cfg.relevance if late is None else cfg.relevance_late
+        scored = score_evidence(evidence, model, late, without_late=cfg.relevance)
+        # With late interaction, the two-channel relevance too: what the floor and the gate
+        # judge (the same evidence, the other model).
+        gate_relevance: dict[str, float] = (
+            {}
+            if late is None
+            else {mid: value for mid, (value, _) in score_evidence(evidence, cfg.relevance).items()}
+        )
         joined: dict[str, str] = {}
         if cfg.mode == "hybrid" and cfg.neighbours.weight > 0 and scored:
             joined = self._neighbour_credit(scored, flt, gate_relevance or None)

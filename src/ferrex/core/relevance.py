@@ -87,7 +87,10 @@ def boosted(base: float, boost: float, config: RecencyConfig) -> float:
     return min(1.0, base * boost / max_boost(config))
 
 
-def relevance_of(
+Evidence = tuple[float | None, float | None, float]  # (cosine, raw BM25, normalised BM25)
+
+
+def evidence_of(
     memory_ids: Sequence[str],
     dense_hits: Sequence[IndexHit],
     bm25_hits: Sequence[IndexHit],
@@ -95,33 +98,47 @@ def relevance_of(
     query_weight: float,
     points: int,
     fetched: int,
-    model: RelevanceModel,
-    late: dict[str, float] | None = None,
-    without_late: RelevanceModel | None = None,
-) -> dict[str, tuple[float, tuple[float | None, float | None, float]]]:
-    """Relevance of each candidate and its evidence (cosine, raw BM25, normalised BM25).
+) -> dict[str, tuple[float, Evidence]]:
+    """Each candidate's cosine as the relevance uses it, and its evidence (cosine, raw BM25,
+    normalised BM25; None where a channel did not return it).
 
     Channels hold one hit per memory. A candidate one channel did not return gets that
     channel's evidence imputed: BM25 0 (it matched no term, or too weakly to be fetched), the
     cosine of the channel's last hit when the channel was cut at ``fetched`` (an upper bound),
-    else 0. ``late`` (memory id -> mean MaxSim) is given with the model fitted with it; a
-    candidate the late channel did not score (a point written without token vectors) is scored
-    by ``without_late``, the two-channel model, rather than as a MaxSim of 0.
+    else 0.
     """
     dense = {hit.memory_id: hit.score for hit in dense_hits}
     bm25 = {hit.memory_id: hit.score for hit in bm25_hits}
     dense_floor = min(dense.values()) if dense and len(dense) >= fetched else 0.0
-    out: dict[str, tuple[float, tuple[float | None, float | None, float]]] = {}
+    out: dict[str, tuple[float, Evidence]] = {}
     for memory_id in memory_ids:
         cosine = dense.get(memory_id)
         raw = bm25.get(memory_id)
         normed = bm25_norm(raw or 0.0, query_weight, points)
+        out[memory_id] = (dense_floor if cosine is None else cosine, (cosine, raw, normed))
+    return out
+
+
+def score_evidence(
+    evidence: dict[str, tuple[float, Evidence]],
+    model: RelevanceModel,
+    late: dict[str, float] | None = None,
+    without_late: RelevanceModel | None = None,
+) -> dict[str, tuple[float, Evidence]]:
+    """Relevance of each candidate from its evidence (``evidence_of``) and its evidence.
+
+    ``late`` (memory id -> mean MaxSim) is given with the model fitted with it; a candidate the
+    late channel did not score (no token vectors) is scored by ``without_late``, the
+    two-channel model, rather than as a MaxSim of 0.
+    """
+    out: dict[str, tuple[float, Evidence]] = {}
+    for memory_id, (cosine, found) in evidence.items():
         scored_late = late is not None and memory_id in late
         value = relevance(
-            dense_floor if cosine is None else cosine,
-            normed,
+            cosine,
+            found[2],
             model if scored_late or without_late is None else without_late,
             late[memory_id] if late is not None and scored_late else 0.0,
         )
-        out[memory_id] = (value, (cosine, raw, normed))
+        out[memory_id] = (value, found)
     return out
