@@ -52,4 +52,4 @@ def test_golden_set_keeps_its_recall_at_the_default_floor_and_gate(
     report = run(service)
     assert service.index.late_interaction is defaults.late_interaction.enabled
     misses = [q for q in report.per_query if q["recall"] < 1.0]
-    assert report.recall_at_k >= 0.875, misses
+    assert report.recall_at_k >= 0.9, misses  # issue 15: 0.875 before context neighbours

@@ -77,11 +77,11 @@ EXCHANGE = [
 async def test_a_memory_stored_next_to_a_hit_joins_the_results_marked_as_its_neighbour(
     tmp_path: Path, models_dir: Path
 ) -> None:
-    # A short candidate list (prefetch 5) so that the last turn is surely not among them.
+    # A short candidate list (prefetch 5) so that the last turn is surely not among them; no
+    # similarity gate (the last turn, a reply about lunch, is not about the puppy).
     shallow = {"FERREX_RETRIEVAL__PREFETCH_LIMIT": "5", **LATE_OFF}
-    async with mcp_client(
-        tmp_path / "d", models_dir, FERREX_RETRIEVAL__NEIGHBOURS__WEIGHT="0.4", **shallow
-    ) as client:
+    ungated = {"FERREX_RETRIEVAL__NEIGHBOURS__MIN_SIMILARITY": "-1", **shallow}
+    async with mcp_client(tmp_path / "d", models_dir, **ungated) as client:
         start = datetime(2026, 3, 1, 12, tzinfo=UTC)
         ids = []
         for n, text in enumerate(EXCHANGE):
@@ -107,11 +107,44 @@ async def test_a_memory_stored_next_to_a_hit_joins_the_results_marked_as_its_nei
         assert 0 < neighbour["score"] < results[0]["score"]
         assert "included_as" not in results[0]
 
-    # Off (the default): the same question does not bring the neighbour in.
-    async with mcp_client(tmp_path / "d", models_dir, **shallow) as client:
+    # Off: the same question does not bring the neighbour in.
+    off = {"FERREX_RETRIEVAL__NEIGHBOURS__WEIGHT": "0", **ungated}
+    async with mcp_client(tmp_path / "d", models_dir, **off) as client:
         answer = await ok(client, "recall", {"query": question, "limit": 4})
         assert ids[2] not in {r["id"] for r in answer["results"]}
         assert all("included_as" not in r for r in answer["results"])
+
+
+async def test_only_a_neighbour_about_the_same_thing_is_context_by_default(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    """The default gate (``retrieval.neighbours.min_similarity``): a memory stored right after
+    the hit and about the same puppy gains credit; a reminder stored right before it, about
+    car insurance, gets none (ungated, the same reminder is lifted over the floor)."""
+    reminder = "Reminder: renew the car insurance before March."
+    follow_up = "Jon: Biscuit already sleeps on my bed every night."
+    hit = EXCHANGE[0]
+    question = {"query": "Where did Jon adopt the puppy from?", "limit": 5, "explain": True}
+    data = tmp_path / "d"
+    async with mcp_client(data, models_dir, FERREX_RETRIEVAL__NEIGHBOURS__WEIGHT="0") as client:
+        start = datetime(2026, 3, 1, 12, tzinfo=UTC)
+        ids = {}
+        for n, text in enumerate([reminder, hit, follow_up]):
+            at = (start + timedelta(minutes=n)).isoformat()
+            ids[text] = (await ok(client, "store", {"content": text, "timestamp": at}))["id"]
+        for n, text in enumerate(FILLER[:12]):
+            at = (start + timedelta(days=n + 1)).isoformat()
+            await ok(client, "store", {"content": text, "timestamp": at})
+        without = {r["id"]: r for r in (await ok(client, "recall", question))["results"]}
+    async with mcp_client(data, models_dir) as client:  # the defaults: neighbours on, gated
+        gated = {r["id"]: r for r in (await ok(client, "recall", question))["results"]}
+    ungated_env = {"FERREX_RETRIEVAL__NEIGHBOURS__MIN_SIMILARITY": "-1"}
+    async with mcp_client(data, models_dir, **ungated_env) as client:
+        ungated = {r["id"]: r for r in (await ok(client, "recall", question))["results"]}
+    assert ids[reminder] not in without and ids[reminder] not in gated, gated
+    assert ids[reminder] in ungated, ungated
+    # The follow-up is context of the hit: higher with credit than without it.
+    assert gated[ids[follow_up]]["score"] > without[ids[follow_up]]["score"]
 
 
 def _late_of(answer: dict[str, Any]) -> list[Any]:

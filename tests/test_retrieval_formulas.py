@@ -232,6 +232,41 @@ def test_context_neighbours_credit_by_noisy_or_within_the_gap() -> None:
     assert blocked.joined == {} and set(blocked.relevance) == {"hit"}
 
 
+def test_context_lifts_a_memory_at_most_to_the_hit_it_is_context_of() -> None:
+    """The cap: noisy-OR credit never lifts a neighbour over the most relevant hit that gave
+    it; a neighbour already above that hit keeps its own relevance."""
+    from ferrex.config import NeighbourConfig
+    from ferrex.core.neighbours import context_credit
+
+    cfg = NeighbourConfig(weight=0.4, decay=0.5, window=2, gap_seconds=3600, min_similarity=-1)
+    t = "2026-01-01T10:00:00+00:00"
+    near = {"hit": [("close", -1, t, t, True), ("above", 1, t, t, True), ("low", 2, t, t, True)]}
+    relevance = {"hit": 0.5, "close": 0.45, "above": 0.6, "low": 0.1}
+    credit = context_credit(relevance, near, cfg, may_join=True).relevance
+    assert credit["close"] == 0.5  # 1 - 0.55 x 0.8 = 0.56, capped at the hit's 0.5
+    assert credit["above"] == 0.6  # (credit flows from the hit only: "above" has no entry)
+    assert credit["low"] == pytest.approx(1 - 0.9 * (1 - 0.2 * 0.5))  # 0.19, under the cap
+    assert credit["hit"] == 0.5
+
+
+def test_a_neighbour_about_something_else_gets_no_credit() -> None:
+    """``min_similarity``: credit passes only to a neighbour whose dense cosine with the hit
+    reaches it (at the boundary: passes; one step under: none); unknown vectors pass none."""
+    from ferrex.config import NeighbourConfig
+    from ferrex.core.neighbours import context_credit
+
+    cfg = NeighbourConfig(weight=0.4, decay=0.5, window=2, gap_seconds=3600, min_similarity=0.4)
+    t = "2026-01-01T10:00:00+00:00"
+    near = {"hit": [("same", -1, t, t, True), ("other", 1, t, t, True), ("gone", 2, t, t, True)]}
+    similarity = {("hit", "same"): 0.4, ("hit", "other"): 0.399}  # "gone": no cosine
+    credit = context_credit({"hit": 0.8}, near, cfg, may_join=True, similarity=similarity)
+    assert credit.relevance["same"] == pytest.approx(0.4 * 0.8)
+    assert "other" not in credit.relevance and "gone" not in credit.relevance
+    assert credit.joined == {"same": "hit"}
+    ungated = context_credit({"hit": 0.8}, near, cfg, may_join=True)
+    assert set(ungated.joined) == {"same", "other", "gone"}
+
+
 def test_the_floor_judges_a_candidates_floor_basis_where_it_has_one() -> None:
     """Late interaction: a candidate is ordered and scored by its three-feature relevance but
     the floor judges its two-channel relevance (``floor_basis``); the cross-encoder's head is

@@ -176,13 +176,17 @@ class AnswerGate(_Section):
 
 
 class NeighbourConfig(_Section):
-    """Context neighbours (core/neighbours.py); weight 0 turns them off."""
+    """Context neighbours (core/neighbours.py); weight 0 turns them off. The defaults were
+    chosen on both dev sets (docs/recall.md)."""
 
-    weight: float = Field(default=0.0, ge=0, le=1)
+    weight: float = Field(default=0.5, ge=0, le=1)
     decay: float = Field(default=0.5, ge=0, le=1)
     window: int = Field(default=2, ge=1, le=5)
     gap_seconds: float = Field(default=3600.0, ge=0)
-    top: int = Field(default=20, ge=1, le=200)
+    top: int = Field(default=10, ge=1, le=200)
+    # A neighbour is context only when it is about the same thing: the dense cosine between
+    # it and the hit at least this (-1: any neighbour, no lookup).
+    min_similarity: float = Field(default=0.35, ge=-1, le=1)
 
 
 class FeedbackConfig(_Section):

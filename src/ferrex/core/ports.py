@@ -4,7 +4,7 @@ them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -196,6 +196,14 @@ class VectorIndex(Protocol):
     ) -> list[IndexHit]: ...
 
     def sparse_search(self, sparse: SparseVec, flt: IndexFilter, limit: int) -> list[IndexHit]: ...
+
+    def dense_similarities(
+        self, others: Mapping[str, Sequence[str]], model: str
+    ) -> dict[tuple[str, str], float]:
+        """The dense cosine between each memory of ``others`` and each memory listed for it
+        (their first chunks, both embedded by ``model``), by (memory, other); a pair the index
+        does not hold for that model is left out."""
+        ...
 
     def points_by_memory(self) -> dict[str, list[str]]: ...
 

@@ -19,7 +19,7 @@ from ferrex.core.feedback import expand
 from ferrex.core.indexing import sparse_text
 from ferrex.core.late_interaction import ContentWords, mean_maxsim, query_tokens
 from ferrex.core.memory import Memory, MemoryType
-from ferrex.core.neighbours import context_credit
+from ferrex.core.neighbours import context_credit, context_pairs
 from ferrex.core.ports import (
     IndexFilter,
     IndexHit,
@@ -566,12 +566,26 @@ class Recall:
             and flt.as_of is None
             and flt.validity == "current"
         )
-        credit = context_credit(relevance, near, cfg, may_join=may_join)
+        similarity = None
+        if cfg.min_similarity > -1:
+            # The gate's cosines, for the pairs credit may pass along (the hits' and the
+            # two-channel relevance have the same hits: ``gate`` is computed for the same set).
+            others: dict[str, list[str]] = {}
+            for hit, other, _ in context_pairs(relevance, near, cfg, may_join=may_join):
+                others.setdefault(hit, []).append(other)
+            if gate is not None:
+                for hit, other, _ in context_pairs(gate, near, cfg, may_join=may_join):
+                    if other not in others.get(hit, []):
+                        others.setdefault(hit, []).append(other)
+            similarity = self.index.dense_similarities(others, flt.model or self.embedder.info.pin)
+        credit = context_credit(relevance, near, cfg, may_join=may_join, similarity=similarity)
         for mid, value in credit.relevance.items():
             evidence = scored[mid][1] if mid in scored else (None, None, 0.0)
             scored[mid] = (value, evidence)
         if gate is not None:
-            gate.update(context_credit(gate, near, cfg, may_join=may_join).relevance)
+            gate.update(
+                context_credit(gate, near, cfg, may_join=may_join, similarity=similarity).relevance
+            )
         return credit.joined
 
     def _held_back(

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ import qdrant_edge as q
 import structlog
 
 from ferrex.core.clock import to_iso
+from ferrex.core.ids import point_id
 from ferrex.core.indexing import DATETIME_FIELDS, INTEGER_FIELDS, KEYWORD_FIELDS
 from ferrex.core.ports import IndexFilter, IndexHit, IndexPoint, IndexStats, SparseVec, Vector
 from ferrex.core.retrieval import hit_order
@@ -264,6 +265,50 @@ class EdgeIndex:
         with self._lock:
             points = self.shard.query(request)
         return _hits(points)
+
+    def dense_similarities(
+        self, others: Mapping[str, Sequence[str]], model: str
+    ) -> dict[tuple[str, str], float]:
+        # The memories' own vectors, then one filtered search per memory over its others (in
+        # one engine call): the engine scores them; their vectors never leave it.
+        wanted = {m: list(found) for m, found in others.items() if found}
+        if self._shard is None or not wanted:
+            return {}
+        owner = {point_id(m): m for m in wanted}
+        with self._lock:
+            records = self.shard.retrieve(list(owner), with_payload=["model"], with_vector=[DENSE])
+        vectors: dict[str, Any] = {}
+        for record in records:
+            found = record.vector
+            dense = found.get(DENSE) if isinstance(found, dict) else None
+            if dense is not None and (record.payload or {}).get("model") == model:
+                vectors[owner[str(record.id)]] = dense
+        memories = [m for m in wanted if m in vectors]
+        if not memories:
+            return {}
+        requests, targets = [], []
+        for memory in memories:
+            points = {point_id(other): other for other in wanted[memory]}
+            targets.append((memory, points))
+            requests.append(
+                q.QueryRequest(
+                    limit=len(points),
+                    query=q.Query.Nearest(vectors[memory], using=DENSE),
+                    filter=q.Filter(
+                        must=[
+                            q.HasIdCondition(set(points)),
+                            q.FieldCondition("model", match=q.MatchValue(model)),
+                        ]
+                    ),
+                )
+            )
+        with self._lock:
+            batch = self.shard.query_batch(q.QueryBatchRequest(requests))
+        out: dict[tuple[str, str], float] = {}
+        for (memory, points), scored in zip(targets, batch, strict=True):
+            for point in scored:
+                out[(memory, points[str(point.id)])] = float(point.score)
+        return out
 
     def points_by_memory(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}

@@ -9,11 +9,13 @@ from __future__ import annotations
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 from qdrant_client import QdrantClient, models
 
+from ferrex.core.ids import point_id
 from ferrex.core.indexing import DATETIME_FIELDS, INTEGER_FIELDS, KEYWORD_FIELDS
 from ferrex.core.ports import IndexFilter, IndexHit, IndexPoint, IndexStats, SparseVec, Vector
 from ferrex.core.retrieval import hit_order
@@ -278,6 +280,30 @@ class QdrantIndex:
                 search_params=self._sparse_params(flt),
             )
         )
+
+    def dense_similarities(
+        self, others: Mapping[str, Sequence[str]], model: str
+    ) -> dict[tuple[str, str], float]:
+        wanted = {m: list(found) for m, found in others.items() if found}
+        if not wanted or not self._exists():
+            return {}
+        ids = {m for m in wanted} | {o for found in wanted.values() for o in found}
+        owner = {point_id(m): m for m in ids}
+        records = self.client.retrieve(
+            self.collection, list(owner), with_payload=["model"], with_vectors=[DENSE]
+        )
+        vectors: dict[str, np.ndarray] = {}
+        for record in records:
+            found = record.vector
+            dense = found.get(DENSE) if isinstance(found, dict) else None
+            if dense is not None and (record.payload or {}).get("model") == model:
+                vectors[owner[str(record.id)]] = np.asarray(dense, dtype=np.float32)
+        return {
+            (memory, other): float(np.dot(vectors[memory], vectors[other]))
+            for memory, found in wanted.items()
+            for other in found
+            if memory in vectors and other in vectors
+        }
 
     def points_by_memory(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
