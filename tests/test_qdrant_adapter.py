@@ -164,3 +164,36 @@ def test_time_range_finds_the_facts_valid_during_it(
     assert ids(None, "2026-01-15") == {v1}
     assert ids("2026-02-15", "2026-03-15") == {v1, v2}  # the change happened inside the range
     assert ids("2026-03-01", None) == {v2}  # v1 ended exactly then: [t_valid, t_invalid)
+
+
+@pytest.mark.parametrize("engine", ["edge", "qdrant-client"])
+def test_dense_similarities_are_the_cosines_of_the_pinned_models_points(
+    make_service: ServiceFactory, engine: str
+) -> None:
+    """What the context-neighbour gate reads, on both adapters: the cosine of each listed pair
+    (the stored vectors' dot product, as the model embeds them), nothing for an unknown id or
+    a point of another model."""
+    import numpy as np
+
+    index = QdrantIndex(QdrantClient(":memory:"), mode="local") if engine != "edge" else None
+    service = make_service(clock=lambda: NOW, index=index)
+    texts = [
+        "Jon adopted a puppy from the animal shelter downtown",
+        "Jon named the puppy Biscuit after the colour of her fur",
+        "renew the car insurance before March",
+        "the ledger service archives invoices to S3 nightly",
+    ]
+    ids = [s["id"] for s in store_many(service, [{"content": t} for t in texts])]
+    vectors = service.embedder.embed_documents(texts)
+    pin = service.embedder.info.pin
+    others = {ids[0]: [ids[1], ids[2], "mem_unknown"], ids[1]: [ids[0]], "mem_unknown": [ids[0]]}
+    found = service.index.dense_similarities(others, pin)
+    assert set(found) == {(ids[0], ids[1]), (ids[0], ids[2]), (ids[1], ids[0])}
+    for (a, b), cosine in found.items():
+        expected = float(np.dot(vectors[ids.index(a)], vectors[ids.index(b)]))
+        assert cosine == pytest.approx(expected, abs=1e-3)
+    assert found[(ids[0], ids[1])] > 0.35 > found[(ids[0], ids[2])]  # same topic / another
+    service.index.set_payload(ids[3], {"model": "some-other-model@768"})
+    assert service.index.dense_similarities({ids[0]: [ids[3]]}, pin) == {}
+    assert service.index.dense_similarities({ids[3]: [ids[0]]}, pin) == {}
+    assert service.index.dense_similarities({}, pin) == {}

@@ -249,6 +249,18 @@ def test_context_lifts_a_memory_at_most_to_the_hit_it_is_context_of() -> None:
     assert credit["hit"] == 0.5
 
 
+def test_decay_zero_makes_only_the_nearest_neighbours_context() -> None:
+    from ferrex.config import NeighbourConfig
+    from ferrex.core.neighbours import context_credit
+
+    cfg = NeighbourConfig(weight=0.4, decay=0.0, window=2, gap_seconds=3600, min_similarity=-1)
+    t = "2026-01-01T10:00:00+00:00"
+    near = {"hit": [("next", 1, t, t, True), ("next2", 2, t, t, True)]}
+    credit = context_credit({"hit": 0.5}, near, cfg, may_join=True)
+    assert credit.relevance["next"] == pytest.approx(0.2) and "next2" not in credit.relevance
+    assert credit.joined == {"next": "hit"}
+
+
 def test_a_neighbour_about_something_else_gets_no_credit() -> None:
     """``min_similarity``: credit passes only to a neighbour whose dense cosine with the hit
     reaches it (at the boundary: passes; one step under: none); unknown vectors pass none."""

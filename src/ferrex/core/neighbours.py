@@ -83,6 +83,8 @@ def context_credit(
         if similarity is not None and similarity.get((hit, other), -1.0) < config.min_similarity:
             continue
         credit = config.weight * config.decay ** (abs(offset) - 1) * relevance[hit]
+        if credit <= 0:
+            continue  # (decay 0: only the nearest neighbours are context)
         keep[other] = keep.get(other, 1.0) * (1.0 - credit)
         cap[other] = max(cap.get(other, 0.0), relevance[hit])
         if credit > via.get(other, (0.0, ""))[0]:

@@ -269,8 +269,8 @@ class EdgeIndex:
     def dense_similarities(
         self, others: Mapping[str, Sequence[str]], model: str
     ) -> dict[tuple[str, str], float]:
-        # The memories' own vectors, then one filtered search per memory over its others (in
-        # one engine call): the engine scores them; their vectors never leave it.
+        # The memories' own vectors (one retrieve), then one filtered search per memory over
+        # its others (one batch): the engine scores the others; their vectors never leave it.
         wanted = {m: list(found) for m, found in others.items() if found}
         if self._shard is None or not wanted:
             return {}
