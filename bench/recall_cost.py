@@ -32,6 +32,7 @@ sys.path.insert(0, str(BENCH))
 from corpus import queries  # noqa: E402
 from ferrex.logs import configure  # noqa: E402
 from ferrex.server.calls import run_tool  # noqa: E402
+from late_cost import quantile  # noqa: E402
 from retrieval import settings_overrides  # noqa: E402
 from stores import cached_store, copy_store, open_service  # noqa: E402
 from sweep import apply  # noqa: E402  (a variant's overrides on the live settings)
@@ -40,11 +41,6 @@ from sweep import apply  # noqa: E402  (a variant's overrides on the live settin
 def parse_variant(text: str) -> tuple[str, list[tuple[str, Any]]]:
     name, _, rest = text.partition(":")
     return name.strip(), settings_overrides([p for p in rest.split(",") if p.strip()])
-
-
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2)
 
 
 def measure(
@@ -79,8 +75,8 @@ def measure(
         "late_interaction_index": late,
         "variants": {
             name: {
-                "p50": quantile(values, 0.5),
-                "p95": quantile(values, 0.95),
+                "p50": round(quantile(values, 0.5), 2),
+                "p95": round(quantile(values, 0.95), 2),
                 "p50_added": round(
                     statistics.median(a - b for a, b in zip(values, times[first], strict=True)), 2
                 ),

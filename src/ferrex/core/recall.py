@@ -568,15 +568,11 @@ class Recall:
         )
         similarity = None
         if cfg.min_similarity > -1:
-            # The gate's cosines, for the pairs credit may pass along (the hits' and the
-            # two-channel relevance have the same hits: ``gate`` is computed for the same set).
+            # The cosines of the pairs credit may pass along (``gate`` holds the same
+            # candidates, so its pairs are these; a pair without a cosine passes nothing).
             others: dict[str, list[str]] = {}
             for hit, other, _ in context_pairs(relevance, near, cfg, may_join=may_join):
                 others.setdefault(hit, []).append(other)
-            if gate is not None:
-                for hit, other, _ in context_pairs(gate, near, cfg, may_join=may_join):
-                    if other not in others.get(hit, []):
-                        others.setdefault(hit, []).append(other)
             similarity = self.index.dense_similarities(others, flt.model or self.embedder.info.pin)
         credit = context_credit(relevance, near, cfg, may_join=may_join, similarity=similarity)
         for mid, value in credit.relevance.items():

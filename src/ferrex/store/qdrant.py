@@ -287,7 +287,7 @@ class QdrantIndex:
         wanted = {m: list(found) for m, found in others.items() if found}
         if not wanted or not self._exists():
             return {}
-        ids = {m for m in wanted} | {o for found in wanted.values() for o in found}
+        ids = set(wanted) | {o for found in wanted.values() for o in found}
         owner = {point_id(m): m for m in ids}
         records = self.client.retrieve(
             self.collection, list(owner), with_payload=["model"], with_vectors=[DENSE]
