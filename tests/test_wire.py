@@ -11,6 +11,7 @@ import os
 import queue
 import subprocess
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -181,3 +182,57 @@ def test_a_lone_surrogate_reaching_the_service_is_refused_too(service: MemorySer
         invoke(service, "store", {"content": "ok", "entities": ["db-\udc80"]})
     assert error.value.code == "invalid_params" and error.value.details["field"] == "entities[0]"
     assert service.meta.count_memories() == 0
+
+
+def test_a_tool_called_without_listing_tools_first_is_answered(wire: Wire) -> None:
+    """The engine opens at the first tools/list, the first call or after a short grace: a
+    client that calls straight away (a cached tool list) must not wait for the grace."""
+    wire.send(
+        json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "store", "arguments": {"content": "the wire test stored this"}},
+            }
+        )
+    )
+    reply = wire.receive()
+    assert reply["id"] == 2 and reply["result"]["structuredContent"]["status"] == "stored"
+    wire.send(
+        json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 3,
+                "method": "tools/call",
+                "params": {"name": "recall", "arguments": {"query": "what the wire test stored"}},
+            }
+        )
+    )
+    reply = wire.receive()
+    results = reply["result"]["structuredContent"]["results"]
+    assert [r["content"] for r in results] == ["the wire test stored this"]
+    assert wire.close() == 0
+
+
+def test_a_server_whose_client_never_asks_opens_its_store_after_the_grace(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    """No tools/list and no call: the engine still opens (it owns the data dir, so another
+    process reaches the store through it), and input ending closes it cleanly."""
+    from ferrex.runtime.ownership import socket_path
+    from ferrex.server.app import ENGINE_START_GRACE
+
+    data = tmp_path / "d"
+    connection = Wire(data, models_dir)
+    try:
+        connection.send(json.dumps(INITIALIZE))
+        assert connection.receive()["id"] == 1
+        deadline = time.monotonic() + 60 + ENGINE_START_GRACE
+        while not socket_path(data).exists():
+            assert time.monotonic() < deadline, "the engine never opened"
+            time.sleep(0.05)
+        assert connection.close() == 0
+    finally:
+        if connection.process.poll() is None:
+            connection.process.kill()

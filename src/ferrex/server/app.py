@@ -31,6 +31,9 @@ from ferrex.server.wire import CheckedLines, stdin_lines
 
 log = structlog.get_logger("ferrex.server")
 
+# Seconds after spawn by which the engine starts opening even if no client asked for it.
+ENGINE_START_GRACE = 1.0
+
 
 def tool_result(payload: dict[str, Any]) -> types.CallToolResult:
     text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), default=str)
@@ -60,6 +63,9 @@ class FerrexMcp:
         # Sent explicitly with every call: a peer's --namespace must win over the engine's.
         self.default_namespace = default_namespace
         self.ready = anyio.Event()
+        # Set by the first request that needs the engine, or by the first tools/list: the
+        # engine opens only then (see ``serve_stdio``).
+        self.wanted = anyio.Event()
         self.failure: FerrexError | None = None
         self.server: Server[Any] = Server(
             "ferrex",
@@ -77,6 +83,7 @@ class FerrexMcp:
         )
 
     async def _list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
+        self.wanted.set()
         return types.ListToolsResult(tools=self.tools)
 
     async def _list_resources(self, ctx: Any, params: Any) -> types.ListResourcesResult:
@@ -92,6 +99,7 @@ class FerrexMcp:
     ) -> types.ReadResourceResult:
         uri = str(params.uri)
         op, arguments = resources.resource_call(uri, self.default_namespace)
+        self.wanted.set()
         await self.ready.wait()
         try:
             if self.failure is not None:
@@ -125,6 +133,7 @@ class FerrexMcp:
                     f"unknown tool '{name[:40]}'; tools: {', '.join(TOOL_NAMES)}",
                 )
             )
+        self.wanted.set()
         await self.ready.wait()
         if self.failure is not None:
             return tool_error(self.failure)
@@ -150,6 +159,13 @@ async def serve_stdio(
     app = FerrexMcp(backend, default_namespace, max_limit)
 
     async def start_backend(task_group: anyio.abc.TaskGroup) -> None:
+        # Opening the engine (imports, the store, the model's warm-up) holds the GIL for
+        # long stretches: begun at spawn it delayed the handshake's tools/list by ~0.5 s.
+        # It begins once tools are listed (their answer written first), at the first call,
+        # or after a short grace, whichever comes first.
+        with anyio.move_on_after(ENGINE_START_GRACE):
+            await app.wanted.wait()
+        await anyio.sleep(0.01)
         try:
             await backend.start(task_group)
         except FerrexError as exc:
@@ -194,6 +210,10 @@ async def serve_stdio(
                 await app.server.run(
                     read_stream, write_stream, app.server.create_initialization_options()
                 )
+            # Input ended: a store or model this configuration cannot open is still reported
+            # (and sets the exit status), as if the engine had opened at spawn.
+            app.wanted.set()
+            await app.ready.wait()
             tasks.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
