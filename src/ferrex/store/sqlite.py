@@ -75,6 +75,7 @@ class MetadataStore:
         self._conn.row_factory = sqlite3.Row
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute(f"PRAGMA synchronous={synchronous}")
+        self._synchronous = synchronous
         self._conn.execute("PRAGMA foreign_keys=ON")
         # INSERT OR REPLACE deletes the old row: its delete triggers (the counters) must fire.
         self._conn.execute("PRAGMA recursive_triggers=ON")
@@ -756,10 +757,22 @@ class MetadataStore:
         return int(cursor.lastrowid or 0)
 
     def journal_done(self, seqs: Sequence[int]) -> None:
-        with self.transaction():
-            for chunk in _chunks(list(seqs)):
-                marks = ",".join("?" * len(chunk))
-                self._x(f"DELETE FROM journal WHERE seq IN ({marks})", chunk)
+        """Clears finished journal entries without waiting for the disk (no fsync of its own:
+        the next durable commit carries it). Losing it to a power cut only replays writes
+        that are already in the index, which replay makes again idempotently; a write's own
+        commit stays durable. Saves one of a store's two fsyncs."""
+        with self._lock:
+            light = not self._in_tx and self._synchronous.upper() in {"FULL", "EXTRA"}
+            if light:
+                self._conn.execute("PRAGMA synchronous=NORMAL")
+            try:
+                with self.transaction():
+                    for chunk in _chunks(list(seqs)):
+                        marks = ",".join("?" * len(chunk))
+                        self._x(f"DELETE FROM journal WHERE seq IN ({marks})", chunk)
+            finally:
+                if light:
+                    self._conn.execute(f"PRAGMA synchronous={self._synchronous}")
 
     def journal_pending(self, limit: int | None = None) -> list[JournalEntry]:
         sql = "SELECT seq, op, memory_id, namespace FROM journal ORDER BY seq"
