@@ -215,7 +215,7 @@ class RetrievalConfig(_Section):
     hnsw_build_min_unindexed: int = Field(default=20_000, ge=0)
     # Results whose relevance (before the recency boost) is below this are not returned: limit
     # is a maximum. 0 returns every candidate. Chosen on LoCoMo / SciFact dev (docs/recall.md).
-    min_score: float = Field(default=0.1, ge=0, le=1)
+    min_score: float = Field(default=0.08, ge=0, le=1)
     # A recall whose best candidate is weak on both kinds of evidence answers nothing.
     answer_gate: AnswerGate = Field(default_factory=AnswerGate)
     # How candidates are ordered without a cross-encoder: "relevance" (the calibrated score,
