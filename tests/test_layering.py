@@ -58,3 +58,22 @@ def test_core_modules_import_each_other_without_a_cycle() -> None:
     for name in sorted(graph):
         if name not in state:
             visit(name, [name])
+
+
+def test_the_server_answers_the_handshake_without_importing_the_engine() -> None:
+    """What `ferrex` imports before it answers initialize and tools/list: the MCP SDK and
+    ferrex's own light modules, not the engine (numpy, the model runtime, the index); those load
+    when the engine opens, after the handshake (docs/performance.md)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import ferrex.cli, ferrex.server.app, ferrex.runtime.shared, ferrex.datadir\n"
+        "heavy = ('numpy', 'fastembed', 'onnxruntime', 'qdrant_edge', 'ferrex.core.service')\n"
+        "print(' '.join(sorted(m for m in heavy if m in sys.modules)))\n"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert found.stdout.strip() == "", found.stdout

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import stat
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -16,6 +13,7 @@ from ferrex.core.errors import MODEL_UNAVAILABLE, FerrexError
 from ferrex.core.pins import PIN_NAME, PIN_VARIANT, REBUILD_TARGET, REBUILD_TARGET_VARIANT
 from ferrex.core.ports import VectorIndex
 from ferrex.core.service import MemoryService
+from ferrex.datadir import ensure_data_dir
 from ferrex.embed.bm25 import Bm25Encoder
 from ferrex.embed.embedder import FastEmbedEmbedder
 from ferrex.embed.models import BUNDLED_MODEL, BUNDLED_VARIANT, EMBEDDING_TIERS, tier_for_model
@@ -33,39 +31,6 @@ class Options:
     explicit_model_tier: bool = False
     qdrant_client: object | None = None  # a ready QdrantClient (tests use ":memory:")
     embedder: FastEmbedEmbedder | None = None  # an already loaded model (rebuild-index)
-
-
-class DataDirError(Exception):
-    """The data dir cannot be created or used."""
-
-
-def ensure_data_dir(path: Path) -> Path:
-    """Create the data dir with mode 0700 (memories are private); tighten an existing one,
-    saying so in the log (stderr)."""
-    path = path.expanduser()
-    try:
-        if path.exists() and not path.is_dir():
-            raise DataDirError(
-                f"the data dir {path} exists and is not a directory; pass --data-dir DIR "
-                "(or set FERREX_HOME) with a directory"
-            )
-        existed = path.exists()
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        mode = stat.S_IMODE(path.stat().st_mode)
-        if mode & 0o077:
-            os.chmod(path, 0o700)
-            if existed:
-                log.warning(
-                    "tightened the permissions of the data dir to 0o700 (memories are private)",
-                    path=str(path),
-                    was=oct(mode),
-                )
-    except OSError as exc:
-        raise DataDirError(
-            f"cannot use {path} as the data dir ({exc.strerror or exc}); pass --data-dir DIR "
-            "(or set FERREX_HOME) with a directory you can write"
-        ) from None
-    return path
 
 
 def load_requested_model(settings: Settings) -> FastEmbedEmbedder:

@@ -491,7 +491,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.models_command == "list":
             return models.list_models(settings, as_json=args.json)
         return models.pull(settings, args.tier, args.reranker)
-    from ferrex.bootstrap import DataDirError, ensure_data_dir
+    from ferrex.datadir import DataDirError, ensure_data_dir
 
     try:
         # Only the server and `init` create a store: an operator command on a mistyped
@@ -643,17 +643,33 @@ def startup_fields(settings: Settings) -> dict[str, Any]:
 
 
 def _backend(settings: Settings, explicit_tier: bool, *, warm_up: bool = True) -> Any:
-    from ferrex.bootstrap import Options, build_service, ensure_data_dir
-    from ferrex.runtime.operations import dispatch, hello_request, warn_overridden
-    from ferrex.runtime.shared import SharedBackend
+    """The engine (or a peer's link to it). Nothing of the engine is imported here: a server
+    answers the MCP handshake first, and the engine's modules load when it opens."""
+    from ferrex.datadir import ensure_data_dir
+    from ferrex.runtime.shared import SharedBackend, hello_request
+
+    def make_engine() -> Any:
+        from ferrex.bootstrap import Options, build_service
+
+        return build_service(settings, Options(explicit_model_tier=explicit_tier))
+
+    def dispatch(engine: Any, op: str, arguments: dict[str, Any]) -> Any:
+        from ferrex.runtime.operations import dispatch
+
+        return dispatch(engine, op, arguments)
+
+    def on_join(reply: dict[str, Any], pid: int | None) -> None:
+        from ferrex.runtime.operations import warn_overridden
+
+        warn_overridden(settings, reply, pid)
 
     ensure_data_dir(settings.data_dir)
     return SharedBackend(
         settings.data_dir,
-        lambda: build_service(settings, Options(explicit_model_tier=explicit_tier)),
+        make_engine,
         dispatch,
         hello=hello_request(settings, explicit_tier),
-        on_join=lambda reply, pid: warn_overridden(settings, reply, pid),
+        on_join=on_join,
         warm_up=warm_up,
     )
 
@@ -661,8 +677,17 @@ def _backend(settings: Settings, explicit_tier: bool, *, warm_up: bool = True) -
 def _serve(settings: Settings, explicit_tier: bool) -> int:
     from ferrex.server.app import run
 
-    structlog.get_logger("ferrex").info("ferrex starting", **startup_fields(settings))
-    return run(_backend(settings, explicit_tier), settings.namespace, settings.retrieval.max_limit)
+    def announce() -> None:
+        # The one start-up line, said when the engine opens (after the handshake): its model
+        # and reranker status come from fastembed's model list, a 0.2 s import.
+        structlog.get_logger("ferrex").info("ferrex starting", **startup_fields(settings))
+
+    return run(
+        _backend(settings, explicit_tier),
+        settings.namespace,
+        settings.retrieval.max_limit,
+        announce=announce,
+    )
 
 
 def _serve_http(settings: Settings, explicit_tier: bool, bind_text: str) -> int:

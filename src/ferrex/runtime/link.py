@@ -38,7 +38,15 @@ from mcp.server.transport_security import TransportSecuritySettings
 from ferrex import __version__
 from ferrex.core import errors
 from ferrex.core.errors import FerrexError
-from ferrex.runtime.operations import ENGINE_OPS
+
+# Everything a peer or an operator command may send to the engine (its MCP tools on the
+# socket): the five tools (``server.calls.TOOL_OPS``) and the operations of
+# ``runtime.operations.dispatch``. Named here so that importing the link (every server does at
+# start-up) does not import the engine.
+ENGINE_OPS = (
+    *("store", "recall", "forget", "reflect", "stats"),
+    *("ping", "hello", "doctor", "export", "import", "rebuild", "memory", "namespaces"),
+)
 
 log = structlog.get_logger("ferrex.engine")
 

@@ -11,24 +11,11 @@ from ferrex.core import errors
 from ferrex.core.errors import FerrexError
 from ferrex.core.maintenance import doctor, export_lines, import_records, rebuild
 from ferrex.core.service import MemoryService
-from ferrex.embed.models import EMBEDDING_TIERS
 from ferrex.server.calls import TOOL_OPS, run_tool
 from ferrex.server.presenter import present_memory, present_namespaces
 
 log = structlog.get_logger("ferrex.engine")
 
-# Everything a peer or an operator command may send to the engine (its MCP tools on the socket).
-ENGINE_OPS = (
-    *TOOL_OPS,
-    "ping",
-    "hello",
-    "doctor",
-    "export",
-    "import",
-    "rebuild",
-    "memory",
-    "namespaces",
-)
 # Settings that are not the engine's: each process keeps its own (the namespace travels with
 # every call). ``model_tier`` is checked on joining instead (see ``hello``); the API key and the
 # HTTP token are secrets that never leave the process.
@@ -48,14 +35,6 @@ _MAX_NAMED = 20
 def engine_settings(settings: Settings) -> dict[str, Any]:
     """The settings that belong to the engine (one per data dir), as plain JSON values."""
     return settings.model_dump(mode="json", exclude=_PER_PROCESS)
-
-
-def hello_request(settings: Settings, explicit_model_tier: bool) -> dict[str, Any]:
-    """What a process says when it joins a running engine: the model it was told to use."""
-    if not explicit_model_tier:
-        return {}  # it follows the store, as it would alone
-    tier = EMBEDDING_TIERS[settings.model_tier]
-    return {"model": tier.model, "dimension": tier.dimension}
 
 
 def hello(service: MemoryService, arguments: dict[str, Any]) -> dict[str, Any]:

@@ -26,8 +26,10 @@ import anyio
 import anyio.abc
 import structlog
 
+from ferrex.config import Settings
 from ferrex.core import errors
 from ferrex.core.errors import FerrexError
+from ferrex.embed.models import EMBEDDING_TIERS
 from ferrex.runtime.link import EngineConnection, EngineServer
 from ferrex.runtime.ownership import OwnerLock, attached, socket_path
 
@@ -45,6 +47,14 @@ class Backend(Protocol):
     async def call(self, op: str, arguments: dict[str, Any]) -> Any: ...
 
     async def aclose(self) -> None: ...
+
+
+def hello_request(settings: Settings, explicit_model_tier: bool) -> dict[str, Any]:
+    """What a process says when it joins a running engine: the model it was told to use."""
+    if not explicit_model_tier:
+        return {}  # it follows the store, as it would alone
+    tier = EMBEDDING_TIERS[settings.model_tier]
+    return {"model": tier.model, "dimension": tier.dimension}
 
 
 class _Threaded:

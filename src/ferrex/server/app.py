@@ -155,6 +155,7 @@ async def serve_stdio(
     on_fatal: Callable[[BaseException], None],
     default_namespace: str = "default",
     max_limit: int = 200,
+    announce: Callable[[], None] | None = None,
 ) -> None:
     app = FerrexMcp(backend, default_namespace, max_limit)
 
@@ -166,6 +167,11 @@ async def serve_stdio(
         with anyio.move_on_after(ENGINE_START_GRACE):
             await app.wanted.wait()
         await anyio.sleep(0.01)
+        if announce is not None:
+            try:
+                await anyio.to_thread.run_sync(announce)
+            except Exception as exc:  # a log line never stops the server
+                log.warning("start-up line failed", error=repr(exc)[:300])
         try:
             await backend.start(task_group)
         except FerrexError as exc:
@@ -227,7 +233,12 @@ def _exit_status(exc: BaseException) -> int:
     return 2
 
 
-def run(backend: SharedBackend, default_namespace: str = "default", max_limit: int = 200) -> int:
+def run(
+    backend: SharedBackend,
+    default_namespace: str = "default",
+    max_limit: int = 200,
+    announce: Callable[[], None] | None = None,
+) -> int:
     exit_code = 0
 
     def fatal(exc: BaseException) -> None:
@@ -240,5 +251,5 @@ def run(backend: SharedBackend, default_namespace: str = "default", max_limit: i
         sys.stderr.flush()
 
     with contextlib.suppress(KeyboardInterrupt):
-        anyio.run(serve_stdio, backend, fatal, default_namespace, max_limit)
+        anyio.run(serve_stdio, backend, fatal, default_namespace, max_limit, announce)
     return exit_code
