@@ -91,13 +91,7 @@ class EdgeIndex:
             if self._shard is not None:
                 return
             self.path.mkdir(parents=True, exist_ok=True)
-            # Vectors are mapped, not populated at load ("Cold"): the resident set is what
-            # searches touch, not every pre-sized storage chunk (32 MB each at any size).
-            vectors = {
-                DENSE: q.EdgeVectorParams(
-                    size=dimension, distance=q.Distance.Cosine, memory=q.Memory.Cold
-                )
-            }
+            vectors = {DENSE: q.EdgeVectorParams(size=dimension, distance=q.Distance.Cosine)}
             if late_interaction:
                 # Only rescored by filtered MaxSim queries over known candidates: no graph.
                 vectors[TOKENS] = q.EdgeVectorParams(
@@ -108,7 +102,6 @@ class EdgeIndex:
                     # ~0.003 of float32 (docs/recall.md).
                     datatype=q.VectorStorageDatatype.Turbo8,
                     hnsw_config=q.HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=0),
-                    memory=q.Memory.Cold,
                 )
             config = q.EdgeConfig(
                 vectors=vectors,
