@@ -77,3 +77,19 @@ def test_the_server_answers_the_handshake_without_importing_the_engine() -> None
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert found.stdout.strip() == "", found.stdout
+
+
+def test_the_link_names_every_operation_the_engine_dispatches() -> None:
+    """The socket link names the engine's operations itself (importing the dispatcher would
+    import the engine at start-up): its list must be the tools plus dispatch's operations."""
+    import inspect
+
+    from ferrex.runtime import operations
+    from ferrex.runtime.link import ENGINE_OPS
+    from ferrex.server.calls import TOOL_OPS
+    from ferrex.server.tools import TOOL_NAMES
+
+    assert set(TOOL_OPS) == set(TOOL_NAMES) <= set(ENGINE_OPS)
+    source = inspect.getsource(operations.dispatch)
+    dispatched = set(TOOL_OPS) | {op for op in ENGINE_OPS if f'op == "{op}"' in source}
+    assert dispatched == set(ENGINE_OPS) and len(ENGINE_OPS) == len(set(ENGINE_OPS))
