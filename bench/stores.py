@@ -143,9 +143,14 @@ def composed_store(size: int, base: Path, seed: int, tier: str, *, sentences: in
     vectors are COMPOSED, not embedded: each is two real SciFact sentences of two different
     papers, its vector the normalised sum of the two sentences' real embeddings (``sentences``
     of them embedded once). Everything else is the real write path (``store_many``: SQLite,
-    BM25, dedup, the engine). Embedding 90,000 more texts takes hours of a shared 2-core box;
-    this takes minutes. Recall, store and stats at this size all run the real model."""
-    root = cache_root() / f"store-{size}-s{seed}-{tier}-c{CORPUS_VERSION}-composed"
+    BM25, dedup, the engine). With the late-interaction channel, a composed memory's token
+    vectors are the two sentences' real ones, each pooled once to half the stored count (a
+    separate cache entry, ``-composed-late``). Embedding 90,000 more texts takes hours of a
+    shared 2-core box; this takes minutes. Recall, store and stats at this size all run the
+    real model."""
+    late = _has_tokens_channel(base / "data" / "index")
+    suffix = "-composed-late" if late else "-composed"
+    root = cache_root() / f"store-{size}-s{seed}-{tier}-c{CORPUS_VERSION}{suffix}"
     if (root / "build.json").exists():
         return root
     if not (root / "data").exists():  # else: resume an interrupted build
@@ -190,6 +195,27 @@ def composed_store(size: int, base: Path, seed: int, tier: str, *, sentences: in
         return [v if v is not None else next(fresh) for v in known]
 
     service.embedder.embed_documents = embed_documents  # type: ignore[method-assign]
+    if late:
+        # The late-interaction channel likewise: each sentence's own token vectors (the real
+        # model pass), pooled once to half the stored count; a composed memory stores the two
+        # halves (what pooling the pair would keep, without pooling 90,000 pairs again).
+        from ferrex.core.late_interaction import document_tokens
+        from ferrex.core.ports import TokenEmbedding
+
+        half = max(1, service.settings.retrieval.late_interaction.tokens // 2)
+        sentence_tokens = [
+            document_tokens(e, half) for e in service.embedder.embed_documents_tokens(texts)
+        ]
+        composed_tokens: dict[str, Any] = {}
+        real_tokens = service.embedder.embed_documents_tokens
+
+        def embed_documents_tokens(batch: Any) -> list[Any]:
+            known = [composed_tokens.get(t) for t in batch]
+            missing = [t for t, v in zip(batch, known, strict=True) if v is None]
+            fresh = iter(real_tokens(missing) if missing else [])
+            return [v if v is not None else next(fresh) for v in known]
+
+        service.embedder.embed_documents_tokens = embed_documents_tokens  # type: ignore[method-assign]
     try:
         have = service.meta.count_memories()
         stored = 0
@@ -204,10 +230,17 @@ def composed_store(size: int, base: Path, seed: int, tier: str, *, sentences: in
                 text = f"{texts[a]} {texts[b]}"
                 vector = vectors[a] + vectors[b]
                 composed[text] = vector / float(np.linalg.norm(vector))
+                if late:
+                    pair = [t for t in (sentence_tokens[a], sentence_tokens[b]) if t is not None]
+                    tokens = np.vstack(pair) if pair else None
+                    words = ("w",) * (0 if tokens is None else len(tokens))
+                    composed_tokens[text] = TokenEmbedding(composed[text], tokens, words)
                 batch.append({"content": text})
             results = store_many(service, batch)
             stored += sum(1 for r in results if "id" in r and r.get("status") != "duplicate")
             composed.clear()
+            if late:
+                composed_tokens.clear()
         seconds = time.perf_counter() - start
     finally:
         service.close()
@@ -224,6 +257,14 @@ def composed_store(size: int, base: Path, seed: int, tier: str, *, sentences: in
     }
     (root / "build.json").write_text(json.dumps(info, indent=2), encoding="utf-8")
     return root
+
+
+def _has_tokens_channel(index: Path) -> bool:
+    try:
+        config = json.loads((index / "edge_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return "tokens" in (config.get("vectors") or {})
 
 
 def copy_store(cached: Path, into: Path) -> Path:
