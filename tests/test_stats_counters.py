@@ -118,6 +118,11 @@ def test_counters_agree_with_a_scan_after_every_kind_of_write(
     invoke(service, "forget", {"ids": ids[:5]})
     invoke(service, "reflect", {"confirm_ids": ids[10:14]})
     assert counted(service) == scanned(service)
+    # The total a recall reads (BM25 normalisation) comes from the counters too.
+    rows = service.meta._q("SELECT namespace, COUNT(*) AS n FROM memories GROUP BY namespace")
+    assert rows and all(service.meta.count_memories(r["namespace"]) == r["n"] for r in rows)
+    assert service.meta.count_memories() == sum(r["n"] for r in rows)
+    assert service.meta.count_memories("no such namespace") == 0
     exported = list(export_lines(service))
     other = make_service(clock=clock)
     for line in exported:  # pinned and superseded rows arrive through import's own writes

@@ -369,11 +369,16 @@ class MetadataStore:
         }
 
     def count_memories(self, namespace: str | None = None) -> int:
+        """From the counters the triggers keep (``memory_counts``): a recall asks on every call,
+        and counting the rows scanned the namespace (4.8 ms at 100k memories)."""
         if namespace is None:
-            return int(self._q("SELECT COUNT(*) AS n FROM memories")[0]["n"])
-        return int(
-            self._q("SELECT COUNT(*) AS n FROM memories WHERE namespace = ?", (namespace,))[0]["n"]
-        )
+            rows = self._q("SELECT COALESCE(SUM(n), 0) AS n FROM memory_counts")
+        else:
+            rows = self._q(
+                "SELECT COALESCE(SUM(n), 0) AS n FROM memory_counts WHERE namespace = ?",
+                (namespace,),
+            )
+        return int(rows[0]["n"])
 
     def count_by_type(self, namespace: str) -> dict[str, int]:
         rows = self._q(
