@@ -188,13 +188,7 @@ def composed_store(size: int, base: Path, seed: int, tier: str, *, sentences: in
     used: set[tuple[int, int]] = set()
     composed: dict[str, Any] = {}
 
-    def embed_documents(batch: Any) -> list[Any]:
-        known = [composed.get(t) for t in batch]
-        missing = [t for t, v in zip(batch, known, strict=True) if v is None]
-        fresh = iter(real_embed(missing) if missing else [])
-        return [v if v is not None else next(fresh) for v in known]
-
-    service.embedder.embed_documents = embed_documents  # type: ignore[method-assign]
+    service.embedder.embed_documents = _known_first(composed, real_embed)  # type: ignore[method-assign]
     if late:
         # The late-interaction channel likewise: each sentence's own token vectors (the real
         # model pass), pooled once to half the stored count; a composed memory stores the two
@@ -207,15 +201,9 @@ def composed_store(size: int, base: Path, seed: int, tier: str, *, sentences: in
             document_tokens(e, half) for e in service.embedder.embed_documents_tokens(texts)
         ]
         composed_tokens: dict[str, Any] = {}
-        real_tokens = service.embedder.embed_documents_tokens
-
-        def embed_documents_tokens(batch: Any) -> list[Any]:
-            known = [composed_tokens.get(t) for t in batch]
-            missing = [t for t, v in zip(batch, known, strict=True) if v is None]
-            fresh = iter(real_tokens(missing) if missing else [])
-            return [v if v is not None else next(fresh) for v in known]
-
-        service.embedder.embed_documents_tokens = embed_documents_tokens  # type: ignore[method-assign]
+        service.embedder.embed_documents_tokens = _known_first(  # type: ignore[method-assign]
+            composed_tokens, service.embedder.embed_documents_tokens
+        )
     try:
         have = service.meta.count_memories()
         stored = 0
@@ -257,6 +245,18 @@ def composed_store(size: int, base: Path, seed: int, tier: str, *, sentences: in
     }
     (root / "build.json").write_text(json.dumps(info, indent=2), encoding="utf-8")
     return root
+
+
+def _known_first(known: dict[str, Any], embed: Any) -> Any:
+    """An embedding call that answers the texts in ``known`` from it and embeds the rest."""
+
+    def call(batch: Any) -> list[Any]:
+        found = [known.get(t) for t in batch]
+        missing = [t for t, v in zip(batch, found, strict=True) if v is None]
+        fresh = iter(embed(missing) if missing else [])
+        return [v if v is not None else next(fresh) for v in found]
+
+    return call
 
 
 def _has_tokens_channel(index: Path) -> bool:
