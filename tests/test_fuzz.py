@@ -490,9 +490,12 @@ def short(arguments: dict[str, Any]) -> str:
 
 
 def engine_pid(data_dir: Path) -> int:
+    """The engine opens after the handshake (at the first call or tools/list, or after a
+    second): wait for its lock file to name it."""
     deadline = time.monotonic() + 15
+    lock = data_dir / "ferrex.lock"
     while time.monotonic() < deadline:
-        text = (data_dir / "ferrex.lock").read_text(encoding="utf-8").strip()
+        text = lock.read_text(encoding="utf-8").strip() if lock.exists() else ""
         if text:
             return int(text)
         time.sleep(0.02)
