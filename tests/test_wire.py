@@ -187,28 +187,10 @@ def test_a_lone_surrogate_reaching_the_service_is_refused_too(service: MemorySer
 def test_a_tool_called_without_listing_tools_first_is_answered(wire: Wire) -> None:
     """The engine opens at the first tools/list, the first call or after a short grace: a
     client that calls straight away (a cached tool list) must not wait for the grace."""
-    wire.send(
-        json.dumps(
-            {
-                "jsonrpc": "2.0",
-                "id": 2,
-                "method": "tools/call",
-                "params": {"name": "store", "arguments": {"content": "the wire test stored this"}},
-            }
-        )
-    )
+    wire.send_bytes(tool_call(2, "store", b'{"content": "the wire test stored this"}'))
     reply = wire.receive()
     assert reply["id"] == 2 and reply["result"]["structuredContent"]["status"] == "stored"
-    wire.send(
-        json.dumps(
-            {
-                "jsonrpc": "2.0",
-                "id": 3,
-                "method": "tools/call",
-                "params": {"name": "recall", "arguments": {"query": "what the wire test stored"}},
-            }
-        )
-    )
+    wire.send_bytes(tool_call(3, "recall", b'{"query": "what the wire test stored"}'))
     reply = wire.receive()
     results = reply["result"]["structuredContent"]["results"]
     assert [r["content"] for r in results] == ["the wire test stored this"]
