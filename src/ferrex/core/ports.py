@@ -127,8 +127,11 @@ class IndexFilter:
     as_of: datetime | None = None
     # Only points embedded by this model are compared (never mix models; PRME RFC-0005 §4.2).
     model: str | None = None
-    # Only these memories (scoring known candidates in a channel that did not return them).
+    # Only these memories (scoring known candidates in a channel that did not return them):
+    # every point of ``memory_ids`` and the points ``point_ids`` (a memory indexed as one
+    # point, looked up by its id: cheaper than matching the payload); either selects.
     memory_ids: tuple[str, ...] | None = None
+    point_ids: tuple[str, ...] | None = None
 
 
 @dataclass
@@ -147,6 +150,8 @@ class IndexHit:
     memory_id: str
     score: float
     chunk: int = 0
+    # The memory's type ("" where the index did not say): only a procedure has several points.
+    memory_type: str = ""
 
 
 @dataclass
@@ -355,6 +360,20 @@ class MetadataStore(Protocol):
     def stored_neighbours(
         self, namespace: str, memory_ids: Sequence[str], window: int
     ) -> dict[str, list[tuple[str, int, str, str, bool]]]: ...
+
+    def neighbour_cosines(
+        self, memory_ids: Sequence[str], model: str
+    ) -> dict[tuple[str, str], float]:
+        """The recorded dense cosines between any two of ``memory_ids`` (embedded by
+        ``model``), under both orders of each pair."""
+        ...
+
+    def record_neighbour_cosines(
+        self, cosines: Mapping[tuple[str, str], float], model: str
+    ) -> None:
+        """Remember the dense cosines of pairs of memories (derived data: written without
+        waiting for the disk)."""
+        ...
 
     def referencing_sources(self, memory_ids: Sequence[str]) -> set[str]: ...
 

@@ -16,10 +16,11 @@ from ferrex.core.date_terms import query_terms
 from ferrex.core.deps import Deps
 from ferrex.core.errors import FerrexError
 from ferrex.core.feedback import expand
+from ferrex.core.ids import point_id
 from ferrex.core.indexing import sparse_text
 from ferrex.core.late_interaction import ContentWords, mean_maxsim, query_tokens
 from ferrex.core.memory import Memory, MemoryType
-from ferrex.core.neighbours import context_credit, context_pairs
+from ferrex.core.neighbours import context_credit, context_pairs, pair_cosines
 from ferrex.core.ports import (
     IndexFilter,
     IndexHit,
@@ -491,21 +492,27 @@ class Recall:
         in the same call (None: no late interaction)."""
         cfg = self.settings.retrieval
         channels = (("dense", dense_hits), ("sparse", bm25_hits))
+        kinds = {hit.memory_id: hit.memory_type for hit in (*dense_hits, *bm25_hits)}
+
+        def only(ids: tuple[str, ...]) -> IndexFilter:
+            # A memory indexed as one point is looked up by its point id; a procedure (one
+            # point per step when long) by its memory id, all of its points.
+            several = tuple(m for m in ids if kinds.get(m, "") in ("", "procedural"))
+            single = tuple(point_id(m) for m in ids if kinds.get(m, "") not in ("", "procedural"))
+            return replace(flt, memory_ids=several or None, point_ids=single or None)
+
         missing: dict[str, tuple[str, ...]] = {}
         for channel, hits in channels:
             have = {hit.memory_id for hit in hits}
             ids = tuple(sorted(m for m in memory_ids if m not in have))
             if ids and (channel == "dense" or sparse):
                 missing[channel] = ids
-        searches = [
-            (channel, replace(flt, memory_ids=ids), 4 * len(ids))
-            for channel, ids in missing.items()
-        ]
+        searches = [(channel, only(ids), 4 * len(ids)) for channel, ids in missing.items()]
         late_ids = tuple(sorted(memory_ids)) if tokens is not None and memory_ids else ()
         if late_ids:
             # Each candidate's chunks: MAX_CHUNK_FETCH bounds it as for the channels.
             depth = min(MAX_CHUNK_FETCH, 4 * len(late_ids))
-            searches.append(("tokens", replace(flt, memory_ids=late_ids), depth))
+            searches.append(("tokens", only(late_ids), depth))
         results = self.index.search_batch(vector, sparse, searches, cfg.hnsw_ef, tokens)
         found = dict(zip(missing, results, strict=False))
         late: dict[str, float] | None = None
@@ -517,8 +524,8 @@ class Recall:
                 # up to MAX_CHUNK_FETCH points) until every candidate's best chunk is in.
                 while needs_deeper_fetch(hits, depth, len(late_ids)) and depth < MAX_CHUNK_FETCH:
                     depth = min(MAX_CHUNK_FETCH, depth * 4)
-                    only = [("tokens", replace(flt, memory_ids=late_ids), depth)]
-                    hits = self.index.search_batch(vector, sparse, only, cfg.hnsw_ef, tokens)[0]
+                    deeper = [("tokens", only(late_ids), depth)]
+                    hits = self.index.search_batch(vector, sparse, deeper, cfg.hnsw_ef, tokens)[0]
                 for hit in best_chunk_per_memory(hits, len(late_ids)):
                     late[hit.memory_id] = mean_maxsim(hit.score, len(tokens))
         dense_out, bm25_out = (
@@ -573,7 +580,8 @@ class Recall:
             others: dict[str, list[str]] = {}
             for hit, other, _ in context_pairs(relevance, near, cfg, may_join=may_join):
                 others.setdefault(hit, []).append(other)
-            similarity = self.index.dense_similarities(others, flt.model or self.embedder.info.pin)
+            model = flt.model or self.embedder.info.pin
+            similarity = pair_cosines(self.meta, self.index, others, model)
         credit = context_credit(relevance, near, cfg, may_join=may_join, similarity=similarity)
         for mid, value in credit.relevance.items():
             evidence = scored[mid][1] if mid in scored else (None, None, 0.0)

@@ -29,7 +29,7 @@ DENSE = "dense"
 SPARSE = "bm25"
 TOKENS = "tokens"  # the late-interaction multivector (MaxSim), where the collection has it
 _CONFIG = "edge_config.json"  # the engine's own: the collection's vectors
-_RETURNED_FIELDS = ["memory_id", "chunk"]
+_RETURNED_FIELDS = ["memory_id", "chunk", "type"]
 
 
 # The engine never builds its HNSW index by itself, and optimize() holds the GIL for as long as
@@ -611,6 +611,7 @@ def _hits(points: Sequence[q.ScoredPoint]) -> list[IndexHit]:
                 memory_id=str(payload.get("memory_id", "")),
                 score=float(point.score),
                 chunk=int(payload.get("chunk", 0) or 0),
+                memory_type=str(payload.get("type", "")),
             )
         )
     return sorted(hits, key=hit_order)
@@ -622,8 +623,13 @@ def _namespace_filter(flt: IndexFilter) -> q.Filter:
 
 def _filter(flt: IndexFilter) -> q.Filter:
     must: list[Any] = [q.FieldCondition("namespace", match=q.MatchValue(flt.namespace))]
+    chosen: list[Any] = []
     if flt.memory_ids is not None:
-        must.append(q.FieldCondition("memory_id", match=q.MatchAny(list(flt.memory_ids))))
+        chosen.append(q.FieldCondition("memory_id", match=q.MatchAny(list(flt.memory_ids))))
+    if flt.point_ids is not None:
+        chosen.append(q.HasIdCondition(set(flt.point_ids)))
+    if chosen:
+        must.append(chosen[0] if len(chosen) == 1 else q.Filter(should=chosen))
     if flt.model is not None:
         must.append(q.FieldCondition("model", match=q.MatchValue(flt.model)))
     if flt.types:

@@ -24,7 +24,7 @@ DENSE = "dense"
 SPARSE = "bm25"
 COLLECTION = "ferrex"
 CONNECT_TIMEOUT_SECONDS = 3
-_RETURNED_FIELDS = ["memory_id", "chunk"]
+_RETURNED_FIELDS = ["memory_id", "chunk", "type"]
 
 
 class QdrantUnreachableError(Exception):
@@ -391,6 +391,7 @@ def _hits(points: Sequence[models.ScoredPoint]) -> list[IndexHit]:
             memory_id=str((p.payload or {}).get("memory_id", "")),
             score=float(p.score),
             chunk=int((p.payload or {}).get("chunk", 0) or 0),
+            memory_type=str((p.payload or {}).get("type", "")),
         )
         for p in points
     ]
@@ -407,10 +408,15 @@ def _filter(flt: IndexFilter) -> models.Filter:
     must: list[Any] = [
         models.FieldCondition(key="namespace", match=models.MatchValue(value=flt.namespace))
     ]
+    chosen: list[Any] = []
     if flt.memory_ids is not None:
-        must.append(
+        chosen.append(
             models.FieldCondition(key="memory_id", match=models.MatchAny(any=list(flt.memory_ids)))
         )
+    if flt.point_ids is not None:
+        chosen.append(models.HasIdCondition(has_id=list(flt.point_ids)))
+    if chosen:
+        must.append(chosen[0] if len(chosen) == 1 else models.Filter(should=chosen))
     if flt.model is not None:
         must.append(models.FieldCondition(key="model", match=models.MatchValue(value=flt.model)))
     if flt.types:
