@@ -222,6 +222,9 @@ def test_points_of_another_model_are_never_compared(make_service: ServiceFactory
     pin = service.embedder.info.pin
     assert {p for p in service.index.points_by_memory()} == {kept, alien}
     service.index.set_payload(alien, {"model": "some-other-model@768"})  # as if from another model
+    # (Re-indexed by another model, its recorded neighbour cosines would be forgotten and none
+    # recorded across the two models: core/neighbours.record_cosines.)
+    service.meta.record_neighbour_cosines({}, pin, replacing=[alien])
     service.cache.invalidate()
     ids = [
         r["id"]

@@ -122,8 +122,9 @@ def record_cosines(
     for namespace, memory_ids in written.items():
         for memory_id, near in meta.stored_neighbours(namespace, memory_ids, window).items():
             others[memory_id] = [other for other, *_ in near if other != memory_id]
-    if others:
-        meta.record_neighbour_cosines(index.dense_similarities(others, model), model)
+    rewritten = [memory_id for memory_ids in written.values() for memory_id in memory_ids]
+    found = index.dense_similarities(others, model) if others else {}
+    meta.record_neighbour_cosines(found, model, replacing=rewritten)
 
 
 def pair_cosines(

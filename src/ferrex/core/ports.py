@@ -369,10 +369,14 @@ class MetadataStore(Protocol):
         ...
 
     def record_neighbour_cosines(
-        self, cosines: Mapping[tuple[str, str], float], model: str
+        self,
+        cosines: Mapping[tuple[str, str], float],
+        model: str,
+        replacing: Sequence[str] = (),
     ) -> None:
-        """Remember the dense cosines of pairs of memories (derived data: written without
-        waiting for the disk)."""
+        """Remember the dense cosines of pairs of memories, after forgetting every pair of
+        the memories ``replacing`` (re-embedded: their old cosines no longer hold). Derived
+        data: written without waiting for the disk."""
         ...
 
     def referencing_sources(self, memory_ids: Sequence[str]) -> set[str]: ...

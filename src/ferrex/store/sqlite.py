@@ -804,12 +804,19 @@ class MetadataStore:
         return out
 
     def record_neighbour_cosines(
-        self, cosines: Mapping[tuple[str, str], float], model: str
+        self,
+        cosines: Mapping[tuple[str, str], float],
+        model: str,
+        replacing: Sequence[str] = (),
     ) -> None:
         rows = [(min(a, b), max(a, b), model, float(c)) for (a, b), c in cosines.items() if a != b]
-        if not rows:
+        if not rows and not replacing:
             return
         with self._light_transaction():
+            for chunk in _chunks(list(replacing)):
+                marks = ",".join("?" * len(chunk))
+                self._x(f"DELETE FROM neighbour_cosines WHERE a IN ({marks})", chunk)
+                self._x(f"DELETE FROM neighbour_cosines WHERE b IN ({marks})", chunk)
             self._conn.executemany(
                 "INSERT OR REPLACE INTO neighbour_cosines (a, b, model, cosine) "
                 "VALUES (?, ?, ?, ?)",
