@@ -222,9 +222,6 @@ def test_points_of_another_model_are_never_compared(make_service: ServiceFactory
     pin = service.embedder.info.pin
     assert {p for p in service.index.points_by_memory()} == {kept, alien}
     service.index.set_payload(alien, {"model": "some-other-model@768"})  # as if from another model
-    # (Re-indexed by another model, its recorded neighbour cosines would be forgotten and none
-    # recorded across the two models: core/neighbours.record_cosines.)
-    service.meta.record_neighbour_cosines({}, pin, replacing=[alien])
     service.cache.invalidate()
     ids = [
         r["id"]
@@ -396,3 +393,37 @@ def test_bm25_ranks_the_month_of_that_year_first(make_service: ServiceFactory) -
         by_id = {r["id"]: r["explain"] for r in results}
         assert by_id[stored[1]["id"]]["bm25_rank"] == 1, (query, by_id)
         assert stored[1]["id"] in [r["id"] for r in results[:2]]
+
+
+def test_known_candidates_are_selected_by_point_id_or_memory_id(
+    make_service: ServiceFactory,
+) -> None:
+    """The evidence lookups' filter: ``point_ids`` names single points, ``memory_ids`` every
+    point of a memory; given both, either selects (and nothing else is scored)."""
+    from dataclasses import replace as with_fields
+
+    from ferrex.core.ids import point_id
+    from ferrex.core.ports import IndexFilter, SparseVec
+
+    service = make_service(clock=lambda: NOW)
+    ids = [
+        invoke(service, "store", {"content": text})["id"]
+        for text in (
+            "the ledger service stores invoices in PostgreSQL 16",
+            "the billing team moved the cron jobs to Kubernetes",
+            "payments run on the arm runners since March",
+        )
+    ]
+    vector = service.embedder.embed_query("where are invoices stored?")
+    base = IndexFilter(namespace="default", model=service.embedder.info.pin)
+
+    def found(flt: IndexFilter) -> set[str]:
+        hits = service.index.search_batch(vector, SparseVec((), ()), [("dense", flt, 10)], 64)[0]
+        assert all(hit.memory_type == "episodic" for hit in hits)
+        return {hit.memory_id for hit in hits}
+
+    assert found(base) == set(ids)
+    assert found(with_fields(base, point_ids=(point_id(ids[0]),))) == {ids[0]}
+    assert found(with_fields(base, memory_ids=(ids[1],))) == {ids[1]}
+    both = with_fields(base, memory_ids=(ids[1],), point_ids=(point_id(ids[2]),))
+    assert found(both) == {ids[1], ids[2]}

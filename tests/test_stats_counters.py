@@ -24,7 +24,6 @@ from ferrex.core.maintenance import export_lines, import_records
 from ferrex.core.service import MemoryService
 from ferrex.server.calls import run_tool as invoke
 from ferrex.server.calls import store_many
-from ferrex.store.schema import SCHEMA_VERSION
 from ferrex.store.sqlite import MetadataStore
 
 ServiceFactory = Callable[..., MemoryService]
@@ -204,7 +203,7 @@ def test_a_store_from_before_the_counters_gets_them_on_open(
     raw.close()
     reopened = MetadataStore(path)
     try:
-        assert reopened.schema_version == SCHEMA_VERSION
+        assert reopened.schema_version == 2
         counts = reopened.memory_counts("default")
         assert sum(c.n for c in counts) == expected["total"]
         buckets = reopened.review_buckets("default")

@@ -12,11 +12,6 @@ within ``gap_seconds`` of it, so a conversation a week later is not context):
 
 A neighbour that was not a candidate joins the list with the credit alone, and is marked
 ``included_as: "neighbour"`` (``neighbour_of`` names the hit). Measured in docs/recall.md.
-
-The similarity gate needs the dense cosine of each (hit, neighbour) pair. The index computes it
-when the later of two neighbours is written (``record_cosines``) and SQLite keeps it, so a recall
-reads it there (``pair_cosines``) and asks the index only for pairs it lacks (a store written
-before this was recorded, a neighbour that became adjacent when a memory between was deleted).
 """
 
 from __future__ import annotations
@@ -26,7 +21,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from ferrex.config import NeighbourConfig
-from ferrex.core.ports import MetadataStore, VectorIndex
 
 
 @dataclass
@@ -106,42 +100,3 @@ def context_credit(
         if own is None:
             joined[other] = via[other][1]
     return NeighbourCredit(out, joined)
-
-
-def record_cosines(
-    meta: MetadataStore,
-    index: VectorIndex,
-    written: Mapping[str, Sequence[str]],
-    window: int,
-    model: str,
-) -> None:
-    """After memories were written to the index (``written``: namespace -> memory ids), record
-    the dense cosine between each of them and the memories stored within ``window`` places of
-    it, as the index computes them (the pairs whose both points it holds for ``model``)."""
-    others: dict[str, list[str]] = {}
-    for namespace, memory_ids in written.items():
-        for memory_id, near in meta.stored_neighbours(namespace, memory_ids, window).items():
-            others[memory_id] = [other for other, *_ in near if other != memory_id]
-    rewritten = [memory_id for memory_ids in written.values() for memory_id in memory_ids]
-    found = index.dense_similarities(others, model) if others else {}
-    meta.record_neighbour_cosines(found, model, replacing=rewritten)
-
-
-def pair_cosines(
-    meta: MetadataStore,
-    index: VectorIndex,
-    others: Mapping[str, Sequence[str]],
-    model: str,
-) -> dict[tuple[str, str], float]:
-    """The dense cosine of each (memory, other) pair of ``others``: recorded ones from the
-    metadata store, the rest from the index (a pair neither holds is left out)."""
-    involved = set(others) | {other for found in others.values() for other in found}
-    known = meta.neighbour_cosines(sorted(involved), model)
-    missing = {
-        memory: [other for other in found if (memory, other) not in known]
-        for memory, found in others.items()
-    }
-    missing = {memory: found for memory, found in missing.items() if found}
-    if missing:
-        known.update(index.dense_similarities(missing, model))
-    return known

@@ -361,24 +361,6 @@ class MetadataStore(Protocol):
         self, namespace: str, memory_ids: Sequence[str], window: int
     ) -> dict[str, list[tuple[str, int, str, str, bool]]]: ...
 
-    def neighbour_cosines(
-        self, memory_ids: Sequence[str], model: str
-    ) -> dict[tuple[str, str], float]:
-        """The recorded dense cosines between any two of ``memory_ids`` (embedded by
-        ``model``), under both orders of each pair."""
-        ...
-
-    def record_neighbour_cosines(
-        self,
-        cosines: Mapping[tuple[str, str], float],
-        model: str,
-        replacing: Sequence[str] = (),
-    ) -> None:
-        """Remember the dense cosines of pairs of memories, after forgetting every pair of
-        the memories ``replacing`` (re-embedded: their old cosines no longer hold). Derived
-        data: written without waiting for the disk."""
-        ...
-
     def referencing_sources(self, memory_ids: Sequence[str]) -> set[str]: ...
 
     def bump_access(

@@ -20,7 +20,7 @@ from ferrex.core.ids import point_id
 from ferrex.core.indexing import sparse_text
 from ferrex.core.late_interaction import ContentWords, mean_maxsim, query_tokens
 from ferrex.core.memory import Memory, MemoryType
-from ferrex.core.neighbours import context_credit, context_pairs, pair_cosines
+from ferrex.core.neighbours import context_credit, context_pairs
 from ferrex.core.ports import (
     IndexFilter,
     IndexHit,
@@ -580,8 +580,7 @@ class Recall:
             others: dict[str, list[str]] = {}
             for hit, other, _ in context_pairs(relevance, near, cfg, may_join=may_join):
                 others.setdefault(hit, []).append(other)
-            model = flt.model or self.embedder.info.pin
-            similarity = pair_cosines(self.meta, self.index, others, model)
+            similarity = self.index.dense_similarities(others, flt.model or self.embedder.info.pin)
         credit = context_credit(relevance, near, cfg, may_join=may_join, similarity=similarity)
         for mid, value in credit.relevance.items():
             evidence = scored[mid][1] if mid in scored else (None, None, 0.0)

@@ -24,7 +24,6 @@ from ferrex.core.ids import point_id
 from ferrex.core.indexing import build_payload, sparse_text, validity_payload
 from ferrex.core.late_interaction import document_tokens
 from ferrex.core.memory import Memory, embed_text
-from ferrex.core.neighbours import record_cosines
 from ferrex.core.ports import (
     Embedder,
     IndexPoint,
@@ -165,14 +164,6 @@ class IndexSync:
         points = [point for p in planned for point in self.points(p)]
         self.index.upsert(points)
         self._record_layout(planned)
-        neighbours = self.settings.retrieval.neighbours
-        if planned and neighbours.weight > 0 and neighbours.min_similarity > -1:
-            written: dict[str, list[str]] = {}
-            for p in planned:
-                written.setdefault(p.memory.namespace, []).append(p.memory.id)
-            record_cosines(
-                self.meta, self.index, written, neighbours.window, self.embedder.info.pin
-            )
 
     def _record_layout(self, planned: Sequence[PlannedMemory]) -> None:
         """Keep SQLite's ``chunk_count`` / ``embed_model`` equal to what was just indexed.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 2
 
 MIGRATIONS: dict[int, str] = {
     1: """
@@ -232,23 +232,5 @@ MIGRATIONS: dict[int, str] = {
         ON memories (namespace, subject_entity_id, predicate_canonical, lower(trim(object)))
         WHERE type = 'semantic' AND t_invalid IS NULL AND multi_valued = 0
         AND subject_entity_id IS NOT NULL;
-    """,
-    3: """
-    -- The dense cosine between memories stored next to each other (a < b), computed by the
-    -- index when they are written: context neighbours read it instead of asking the index.
-    CREATE TABLE IF NOT EXISTS neighbour_cosines (
-        a      TEXT NOT NULL,
-        b      TEXT NOT NULL,
-        model  TEXT NOT NULL,
-        cosine REAL NOT NULL,
-        PRIMARY KEY (a, b)
-    ) WITHOUT ROWID;
-    CREATE INDEX IF NOT EXISTS idx_neighbour_cosines_b ON neighbour_cosines (b);
-
-    CREATE TRIGGER IF NOT EXISTS memories_neighbour_cosines_delete AFTER DELETE ON memories
-    BEGIN
-        DELETE FROM neighbour_cosines WHERE a = OLD.id;
-        DELETE FROM neighbour_cosines WHERE b = OLD.id;
-    END;
     """,
 }

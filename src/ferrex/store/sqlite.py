@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -766,62 +766,18 @@ class MetadataStore:
         the next durable commit carries it). Losing it to a power cut only replays writes
         that are already in the index, which replay makes again idempotently; a write's own
         commit stays durable. Saves one of a store's two fsyncs."""
-        with self._light_transaction():
-            for chunk in _chunks(list(seqs)):
-                marks = ",".join("?" * len(chunk))
-                self._x(f"DELETE FROM journal WHERE seq IN ({marks})", chunk)
-
-    @contextmanager
-    def _light_transaction(self) -> Iterator[None]:
-        """A transaction whose commit does not wait for the disk (``synchronous=NORMAL``):
-        for rows a power cut may lose without harm."""
         with self._lock:
             light = not self._in_tx and self._synchronous.upper() in {"FULL", "EXTRA"}
             if light:
                 self._conn.execute("PRAGMA synchronous=NORMAL")
             try:
                 with self.transaction():
-                    yield
+                    for chunk in _chunks(list(seqs)):
+                        marks = ",".join("?" * len(chunk))
+                        self._x(f"DELETE FROM journal WHERE seq IN ({marks})", chunk)
             finally:
                 if light:
                     self._conn.execute(f"PRAGMA synchronous={self._synchronous}")
-
-    def neighbour_cosines(
-        self, memory_ids: Sequence[str], model: str
-    ) -> dict[tuple[str, str], float]:
-        ids = sorted(set(memory_ids))
-        out: dict[tuple[str, str], float] = {}
-        if len(ids) < 2:
-            return out
-        marks = ",".join("?" * len(ids))
-        rows = self._q(
-            f"SELECT a, b, cosine FROM neighbour_cosines WHERE a IN ({marks}) "
-            f"AND b IN ({marks}) AND model = ?",
-            [*ids, *ids, model],
-        )
-        for row in rows:
-            out[(row["a"], row["b"])] = out[(row["b"], row["a"])] = float(row["cosine"])
-        return out
-
-    def record_neighbour_cosines(
-        self,
-        cosines: Mapping[tuple[str, str], float],
-        model: str,
-        replacing: Sequence[str] = (),
-    ) -> None:
-        rows = [(min(a, b), max(a, b), model, float(c)) for (a, b), c in cosines.items() if a != b]
-        if not rows and not replacing:
-            return
-        with self._light_transaction():
-            for chunk in _chunks(list(replacing)):
-                marks = ",".join("?" * len(chunk))
-                self._x(f"DELETE FROM neighbour_cosines WHERE a IN ({marks})", chunk)
-                self._x(f"DELETE FROM neighbour_cosines WHERE b IN ({marks})", chunk)
-            self._conn.executemany(
-                "INSERT OR REPLACE INTO neighbour_cosines (a, b, model, cosine) "
-                "VALUES (?, ?, ?, ?)",
-                rows,
-            )
 
     def journal_pending(self, limit: int | None = None) -> list[JournalEntry]:
         sql = "SELECT seq, op, memory_id, namespace FROM journal ORDER BY seq"
