@@ -287,3 +287,57 @@ def test_a_selecting_filter_does_the_choosing(make_service: Any) -> None:
     run_tool(service, "store", MEMORIES["deploy"])
     versioned = run_tool(service, "recall", {"query": "what happened", "version": 1})
     assert versioned["results"] == [], versioned
+
+
+def test_an_empty_answer_names_what_emptied_it(make_service: Any) -> None:
+    """A page emptied by the request itself (a token budget too small for the best match, or
+    only stale memories matching) says so and what to change, never "nothing is relevant"."""
+    from datetime import UTC, datetime
+
+    from ferrex.server.calls import run_tool
+
+    clock = {"now": datetime(2024, 1, 1, tzinfo=UTC)}
+    shipped = RetrievalConfig()
+    service = make_service(
+        clock=lambda: clock["now"],
+        **{
+            "retrieval.min_score": shipped.min_score,
+            "retrieval.answer_gate.relevance": shipped.answer_gate.relevance,
+            "retrieval.answer_gate.cosine": shipped.answer_gate.cosine,
+        },
+    )
+    stored = run_tool(service, "store", MEMORIES["outage"])
+    assert stored["status"] == "stored"
+    clock["now"] = datetime(2025, 1, 1, tzinfo=UTC)  # a year on: past the staleness window
+    question = {"query": "Why did checkout fail with 502 errors?", "limit": 5}
+
+    stale_only = run_tool(service, "recall", question)
+    assert stale_only["results"] == [] and stale_only["stale_held_back"] == 1, stale_only
+    reason = stale_only["no_results"]
+    assert reason.startswith("only stale memory matches (1)") and "include_stale" in reason
+    assert len(reason) <= 120, reason
+    shown = run_tool(service, "recall", {**question, "include_stale": True})
+    assert [r["id"] for r in shown["results"]] == [stored["id"]], shown
+
+    fresh = run_tool(service, "store", MEMORIES["slow"])
+    assert fresh["status"] == "stored"
+    tight = run_tool(
+        service,
+        "recall",
+        {"query": "What made the search endpoint slow?", "limit": 5, "max_tokens": 5},
+    )
+    assert tight["results"] == [], tight
+    reason = tight["no_results"]
+    assert reason.startswith("the best match needs ") and "over max_tokens 5" in reason, reason
+    needed = int(reason.split("needs ")[1].split(" ")[0])
+    assert needed > 5
+    # ... and that many tokens are enough for it.
+    roomy = run_tool(
+        service,
+        "recall",
+        {"query": "What made the search endpoint slow?", "limit": 1, "max_tokens": needed},
+    )
+    assert [r["id"] for r in roomy["results"]] == [fresh["id"]], roomy
+    # A question nothing answers still says that.
+    none = run_tool(service, "recall", {"query": "What is the recipe for sourdough bread?"})
+    assert none["results"] == [] and none["no_results"].startswith("nothing relevant"), none

@@ -269,11 +269,14 @@ class Recall:
         )
         truncated = 0
         tokens_used = None
+        first_cost: int | None = None  # the best result's tokens, when the budget left none
         if request.max_tokens is not None:
             texts = [rows[c.memory_id].display_text() for c in selected]
             keep, tokens_used = fit_budget(texts, self._count_budget_tokens, request.max_tokens)
             truncated = len(selected) - keep
             selected = selected[:keep]
+            if keep == 0 and texts:
+                first_cost = self._count_budget_tokens(texts[0])
         hits = [
             self._result(rows[c.memory_id], c, freshness[c.memory_id], request.explain, now)
             for c in selected
@@ -324,14 +327,40 @@ class Recall:
             cache_hit=cache_hit if request.explain else None,
             no_results=None
             if hits
-            else self._no_results(bool(candidates) or floored, gated, floor),
+            else self._no_results(
+                bool(candidates) or floored,
+                gated,
+                floor,
+                held=len(held),
+                over_budget=None
+                if first_cost is None or request.max_tokens is None
+                else (first_cost, request.max_tokens),
+            ),
         )
 
     def _no_results(
-        self, had_candidates: bool, gated: tuple[float, float] | None, floor: float
+        self,
+        had_candidates: bool,
+        gated: tuple[float, float] | None,
+        floor: float,
+        *,
+        held: int = 0,
+        over_budget: tuple[int, int] | None = None,
     ) -> str:
-        """Why an answer is empty, in one short line."""
+        """Why an answer is empty, in one short line: what emptied it, and what to change.
+
+        The budget and the stale rule come before the floor: memories that matched were left
+        out by the request itself, and saying "nothing is relevant" would hide them."""
         cfg = self.settings.retrieval
+        if over_budget is not None:
+            cost, budget = over_budget
+            return (
+                f"the best match needs {cost} tokens, over max_tokens {budget}: "
+                "raise max_tokens to see it"
+            )
+        if held:
+            what = "memory matches" if held == 1 else "memories match"
+            return f"only stale {what} ({held}): ask with include_stale: true to see them"
         if gated is not None:
             gate = cfg.answer_gate
             return (
