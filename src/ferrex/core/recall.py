@@ -269,14 +269,15 @@ class Recall:
         )
         truncated = 0
         tokens_used = None
-        first_cost: int | None = None  # the best result's tokens, when the budget left none
+        # The best result's tokens and the budget, when the budget left no result.
+        over_budget: tuple[int, int] | None = None
         if request.max_tokens is not None:
             texts = [rows[c.memory_id].display_text() for c in selected]
             keep, tokens_used = fit_budget(texts, self._count_budget_tokens, request.max_tokens)
             truncated = len(selected) - keep
             selected = selected[:keep]
-            if keep == 0 and texts:
-                first_cost = self._count_budget_tokens(texts[0])
+            if keep == 0 and texts:  # rare: its count again, only to say it
+                over_budget = (self._count_budget_tokens(texts[0]), request.max_tokens)
         hits = [
             self._result(rows[c.memory_id], c, freshness[c.memory_id], request.explain, now)
             for c in selected
@@ -332,9 +333,7 @@ class Recall:
                 gated,
                 floor,
                 held=len(held),
-                over_budget=None
-                if first_cost is None or request.max_tokens is None
-                else (first_cost, request.max_tokens),
+                over_budget=over_budget,
             ),
         )
 
