@@ -251,6 +251,11 @@ def test_a_rejected_bulk_item_leaves_no_entity_behind(make_service: ServiceFacto
     assert results[1]["error"]["existing_id"] == first["id"]
     names = {row["name"] for row in service.meta.entities_of_namespace("default")}
     assert "payroll" in names and "brand new entity" not in names
+    # Nor in the resolver's tables (a phantom there would fuzzy-match the name to a lost id).
+    fresh = stored(service, {"content": DIFFERENT, "entities": ["brand-new-entity"]})
+    assert fresh.entities[0].resolved_by == "new"
+    payroll = stored(service, {"content": "payroll export moved to friday", "entities": ["payrol"]})
+    assert payroll.entities[0].resolved_by == "fuzzy"
 
 
 RECURRING = "nightly backup of the invoices database completed without errors"

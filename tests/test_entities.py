@@ -271,6 +271,29 @@ def test_different_numbers_never_merge(meta: MetadataStore, embedder: FastEmbedE
     assert three.method == "new" and three.entity_id != two.entity_id
 
 
+def test_the_resolvers_tables_stay_what_a_reload_gives(
+    meta: MetadataStore, embedder: FastEmbedEmbedder
+) -> None:
+    """New entities and aliases go into the loaded tables instead of reloading them for every
+    name (which made a store's cost grow with the namespace); the tables must equal a reload,
+    order included (fuzzy ties resolve by position)."""
+    r = resolver(meta, embedder)
+    names = ["postgres", "redis", "postgresql", "zebra queue", "apple pie", "redis cluster"]
+    names += [EMBEDDING_PAIR[0], EMBEDDING_PAIR[1], "kafka", "kafkaa", "aardvark"]
+    methods = []
+    for name in names:
+        methods.append(r.resolve("ns", name, create=True, at=NOW).method)
+        fresh = resolver(meta, embedder)
+        assert r._name_table("ns") == fresh._name_table("ns"), name
+        ids, matrix = r._vector_table("ns")
+        fresh_ids, fresh_matrix = fresh._vector_table("ns")
+        assert ids == fresh_ids, name
+        assert matrix is not None and fresh_matrix is not None
+        assert np.array_equal(matrix, fresh_matrix), name
+    # Every path was taken: new entities, fuzzy aliases, an embedding alias.
+    assert {"new", "fuzzy", "embedding"} <= set(methods)
+
+
 def test_lookup_without_create_writes_nothing(
     meta: MetadataStore, embedder: FastEmbedEmbedder
 ) -> None:

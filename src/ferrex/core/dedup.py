@@ -35,6 +35,8 @@ def find_duplicate(
     whose distinguishing tokens differ from the incoming text's is never a duplicate."""
     best: IndexHit | None = None
     for hit in hits:
+        if hit.score <= threshold:
+            continue  # never the answer: no need to read its tokens
         other = texts.get(hit.memory_id) if texts is not None else None
         if text is not None and other is not None and differ(text, other):
             continue
@@ -44,6 +46,6 @@ def find_duplicate(
             or (hit.score == best.score and hit.memory_id < best.memory_id)
         ):
             best = hit
-    if best is None or best.score <= threshold:
+    if best is None:
         return None
     return Duplicate(best.memory_id, round(float(best.score), 4))

@@ -8,6 +8,7 @@ for reflect. Entities are per namespace.
 
 from __future__ import annotations
 
+import bisect
 import re
 import threading
 from collections.abc import Callable, Sequence
@@ -66,8 +67,13 @@ class EntityResolver:
         self.fuzzy_threshold = fuzzy_threshold
         self.embedding_threshold = embedding_threshold
         self.candidate_threshold = candidate_threshold
-        self._names: dict[str, tuple[list[str], list[int]]] = {}
-        self._vectors: dict[str, tuple[list[int], np.ndarray | None]] = {}
+        # Per namespace: every name and alias sorted by (entity id, name), as the store lists
+        # them, and the name embeddings in entity-id order. Kept up to date by this resolver's
+        # own writes (a write that rolls back must call ``invalidate``), reloaded after anyone
+        # else's: reloading them for every new entity made a store's cost grow with the
+        # namespace (bulk import at 10,000 memories spent 2.3 s of 12 in these loads).
+        self._names: dict[str, _NameTable] = {}
+        self._vectors: dict[str, _VectorTable] = {}
         self._lock = threading.RLock()
 
     def invalidate(self, namespace: str | None = None) -> None:
@@ -81,16 +87,33 @@ class EntityResolver:
 
     def _name_table(self, namespace: str) -> tuple[list[str], list[int]]:
         with self._lock:
-            if namespace not in self._names:
-                rows = self.store.entity_names(namespace)
-                self._names[namespace] = ([n for n, _ in rows], [e for _, e in rows])
-            return self._names[namespace]
+            table = self._names.get(namespace)
+            if table is None:
+                table = self._names[namespace] = _NameTable(self.store.entity_names(namespace))
+            return table.names, table.ids
 
     def _vector_table(self, namespace: str) -> tuple[list[int], np.ndarray | None]:
         with self._lock:
-            if namespace not in self._vectors:
-                self._vectors[namespace] = self.store.entity_embeddings(namespace)
-            return self._vectors[namespace]
+            table = self._vectors.get(namespace)
+            if table is None:
+                table = self._vectors[namespace] = _VectorTable(
+                    *self.store.entity_embeddings(namespace)
+                )
+            return table.ids, table.matrix
+
+    def _added_name(self, namespace: str, normalized: str, entity_id: int) -> None:
+        """A name or alias this resolver just wrote: into the loaded table, where a reload
+        would put it."""
+        with self._lock:
+            table = self._names.get(namespace)
+            if table is not None:
+                table.add(normalized, entity_id)
+
+    def _added_entity(self, namespace: str, entity_id: int, vector: np.ndarray) -> None:
+        with self._lock:
+            table = self._vectors.get(namespace)
+            if table is not None and not table.append(entity_id, vector):
+                del self._vectors[namespace]  # (an id out of order: reload it when asked)
 
     # ------------------------------------------------------------------ stages
 
@@ -176,7 +199,7 @@ class EntityResolver:
         if fuzzy is not None:
             if create:
                 self.store.add_alias(namespace, normalized, fuzzy[0], "fuzzy", fuzzy[1], at)
-                self.invalidate(namespace)
+                self._added_name(namespace, normalized, fuzzy[0])
             return EntityResolution(name, normalized, fuzzy[0], "fuzzy", fuzzy[1])
         if vector is None:
             vector = self.embed_names([display])[0]
@@ -187,14 +210,70 @@ class EntityResolver:
             if mergeable and cosine > self.embedding_threshold:
                 if create:
                     self.store.add_alias(namespace, normalized, nearest_id, "embedding", cosine, at)
-                    self.invalidate(namespace)
+                    self._added_name(namespace, normalized, nearest_id)
                 return EntityResolution(name, normalized, nearest_id, "embedding", cosine)
             if cosine >= self.candidate_threshold:
                 candidate = (nearest_id, cosine)
         if not create:
             return EntityResolution(name, normalized, None, "unresolved", 0.0, candidate)
-        entity_id = self.store.create_entity(namespace, normalized, display, np.asarray(vector), at)
+        array = np.asarray(vector, dtype=np.float32)
+        entity_id = self.store.create_entity(namespace, normalized, display, array, at)
         if candidate is not None:
             self.store.add_alias_candidate(namespace, normalized, candidate[0], candidate[1], at)
-        self.invalidate(namespace)
+        self._added_name(namespace, normalized, entity_id)
+        self._added_entity(namespace, entity_id, array)
         return EntityResolution(name, normalized, entity_id, "new", 1.0, candidate)
+
+
+class _NameTable:
+    """Names and aliases with their entity ids, sorted by (id, name) like
+    ``MetadataStore.entity_names`` (fuzzy ties resolve by position: a store and its reload
+    must agree)."""
+
+    def __init__(self, rows: Sequence[tuple[str, int]]) -> None:
+        self.keys = sorted((entity_id, name) for name, entity_id in rows)
+        self.names = [name for _, name in self.keys]
+        self.ids = [entity_id for entity_id, _ in self.keys]
+
+    def add(self, name: str, entity_id: int) -> None:
+        key = (entity_id, name)
+        position = bisect.bisect_left(self.keys, key)
+        if position < len(self.keys) and self.keys[position] == key:
+            return
+        # New lists, not inserts: a reader may be holding the old ones.
+        self.keys = [*self.keys[:position], key, *self.keys[position:]]
+        self.names = [*self.names[:position], name, *self.names[position:]]
+        self.ids = [*self.ids[:position], entity_id, *self.ids[position:]]
+
+
+class _VectorTable:
+    """Name embeddings in entity-id order, in a buffer that grows by doubling (a new entity
+    has the largest id: appending keeps the order a reload gives)."""
+
+    def __init__(self, ids: list[int], matrix: np.ndarray | None) -> None:
+        self.ids = list(ids)
+        self._buffer = None if matrix is None else np.array(matrix, dtype=np.float32)
+
+    @property
+    def matrix(self) -> np.ndarray | None:
+        if self._buffer is None or not self.ids:
+            return None
+        return self._buffer[: len(self.ids)]
+
+    def append(self, entity_id: int, vector: np.ndarray) -> bool:
+        """False when the id would break the order (the table must then be reloaded)."""
+        if self.ids and entity_id <= self.ids[-1]:
+            return False
+        row = np.asarray(vector, dtype=np.float32).reshape(-1)
+        count = len(self.ids)
+        if self._buffer is None:
+            self._buffer = np.empty((8, len(row)), dtype=np.float32)
+        elif self._buffer.shape[1] != len(row):
+            return False
+        elif count == len(self._buffer):
+            grown = np.empty((2 * count, len(row)), dtype=np.float32)
+            grown[:count] = self._buffer[:count]
+            self._buffer = grown
+        self._buffer[count] = row  # past every view handed out so far
+        self.ids = [*self.ids, entity_id]
+        return True

@@ -64,6 +64,10 @@ class _Prepared:
     name_vectors: dict[str, Vector] = field(default_factory=dict)
     # Per chunk: late-interaction token vectors (empty: the index has no such channel).
     tokens: list[np.ndarray | None] = field(default_factory=list)
+    # The index's nearest same-type memories (``Store._dedup_search``), searched for a whole
+    # bulk batch in one engine call before its transaction (the index does not change until
+    # the batch is committed); None: searched when checked.
+    nearest: list[IndexHit] | None = None
 
 
 @dataclass
@@ -314,34 +318,46 @@ class Store:
         batch_vectors: list[tuple[_Prepared, Vector]] = []
         with self.deps.write:
             now = self.now()
-            with self.meta.transaction():
-                for item in prepared:
-                    try:
-                        # A rejected item leaves nothing behind (entities it created included).
-                        with self.meta.savepoint():
-                            result = self._apply_one(item, now, batch_vectors, to_payload)
-                    except FerrexError as exc:
-                        if not bulk:
-                            raise
-                        results.append(exc)
-                        continue
-                    results.append(result)
-                    if result.status in {Outcome.DUPLICATE, Outcome.ENDED}:
-                        continue
-                    namespaces.add(item.memory.namespace)
-                    to_index.append(
-                        PlannedMemory(item.memory, item.chunks, item.vectors, item.tokens)
-                    )
-                    batch_vectors.append((item, item.vectors[0]))
-                    journal.append(
-                        self.meta.journal_add("index", item.memory.id, item.memory.namespace, now)
-                    )
-                for memory in to_payload.values():
-                    namespaces.add(memory.namespace)
-                    journal.append(
-                        self.meta.journal_add("payload", memory.id, memory.namespace, now)
-                    )
-                _checkpoint(PHASE_BEFORE_COMMIT)
+            if bulk:
+                self._search_nearest(prepared)
+            try:
+                with self.meta.transaction():
+                    for item in prepared:
+                        try:
+                            # A rejected item leaves nothing behind (entities it created included).
+                            with self.meta.savepoint():
+                                result = self._apply_one(item, now, batch_vectors, to_payload)
+                        except FerrexError as exc:
+                            # Its savepoint took back the entities it created: so must the
+                            # resolver's tables.
+                            self.entities.invalidate(item.memory.namespace)
+                            if not bulk:
+                                raise
+                            results.append(exc)
+                            continue
+                        results.append(result)
+                        if result.status in {Outcome.DUPLICATE, Outcome.ENDED}:
+                            continue
+                        namespaces.add(item.memory.namespace)
+                        to_index.append(
+                            PlannedMemory(item.memory, item.chunks, item.vectors, item.tokens)
+                        )
+                        batch_vectors.append((item, item.vectors[0]))
+                        journal.append(
+                            self.meta.journal_add(
+                                "index", item.memory.id, item.memory.namespace, now
+                            )
+                        )
+                    for memory in to_payload.values():
+                        namespaces.add(memory.namespace)
+                        journal.append(
+                            self.meta.journal_add("payload", memory.id, memory.namespace, now)
+                        )
+                    _checkpoint(PHASE_BEFORE_COMMIT)
+            except BaseException:
+                # Rolled back: what the resolver learned in it is gone from the store too.
+                self.entities.invalidate()
+                raise
             _checkpoint(PHASE_AFTER_COMMIT)
             if to_index or to_payload:
                 self.sync.write_points(to_index)
@@ -351,7 +367,6 @@ class Store:
                 self.meta.journal_done(journal)
             for namespace in namespaces:
                 self.deps.after_write(namespace)
-            self.entities.invalidate()
         if namespaces and evict:
             self._evict_after_store(results)
         return results
@@ -589,20 +604,14 @@ class Store:
                 similarity=duplicate.similarity,
             )
 
-    def _find_duplicate(
-        self,
-        item: _Prepared,
-        batch_vectors: Sequence[tuple[_Prepared, Vector]],
-        exclude: frozenset[str] = frozenset(),
-    ) -> Duplicate | None:
+    def _dedup_search(self, item: _Prepared, excluded: int = 0) -> tuple[IndexFilter, int]:
+        """The filter and depth of an item's duplicate search."""
         memory = item.memory
-        vector = item.vectors[0]
         # A recurring event ("nightly backup completed") that the agent dates on another day is
         # another event, not a duplicate: compare only with the episodes of that UTC day.
         # Without a timestamp it is a re-store of something known, whatever its day.
         same_day = memory.type is MemoryType.EPISODIC and item.request.timestamp is not None
-        day = memory.event_time.astimezone(UTC).date()
-        day_start = datetime.combine(day, time.min, tzinfo=UTC)
+        day_start = datetime.combine(memory.event_time.astimezone(UTC).date(), time.min, tzinfo=UTC)
         # Facts about two subjects are two facts however alike their text ("frontend" and
         # "backend" use the same test runner): a fact is compared with its subject's facts only.
         subject = memory.subject_entity_id if memory.type is MemoryType.SEMANTIC else None
@@ -616,13 +625,46 @@ class Store:
         )
         # 8 nearest: the closest may differ in a distinguishing token (dedup.py) while a
         # true duplicate is a little further.
-        hits = [
-            hit
-            for hit in self.index.dense_search(
-                vector, flt, 8 + len(exclude), self.settings.retrieval.hnsw_ef
-            )
-            if hit.memory_id not in exclude
+        return flt, 8 + excluded
+
+    def _search_nearest(self, prepared: Sequence[_Prepared]) -> None:
+        """Every episode's duplicate search of a bulk batch in one engine call (``nearest``).
+        Facts (their subject is resolved in the transaction) and procedures (their earlier
+        versions are excluded) are searched when checked."""
+        episodes = [
+            item
+            for item in prepared
+            if item.memory.type is MemoryType.EPISODIC and item.request.supersedes is None
         ]
+        if len(episodes) < 2:
+            return
+        found = self.index.dense_search_many(
+            [(item.vectors[0], *self._dedup_search(item)) for item in episodes],
+            self.settings.retrieval.hnsw_ef,
+        )
+        for item, hits in zip(episodes, found, strict=True):
+            item.nearest = hits
+
+    def _find_duplicate(
+        self,
+        item: _Prepared,
+        batch_vectors: Sequence[tuple[_Prepared, Vector]],
+        exclude: frozenset[str] = frozenset(),
+    ) -> Duplicate | None:
+        memory = item.memory
+        vector = item.vectors[0]
+        same_day = memory.type is MemoryType.EPISODIC and item.request.timestamp is not None
+        day = memory.event_time.astimezone(UTC).date()
+        subject = memory.subject_entity_id if memory.type is MemoryType.SEMANTIC else None
+        if item.nearest is not None and not exclude:
+            nearest = item.nearest
+        else:
+            nearest = self.index.dense_search(
+                vector, *self._dedup_search(item, len(exclude)), self.settings.retrieval.hnsw_ef
+            )
+        # Only a hit above the threshold can be the duplicate: the others' rows are not read.
+        threshold = self.settings.dedup.threshold
+        hits = [hit for hit in nearest if hit.memory_id not in exclude and hit.score > threshold]
         rows = self.meta.get_memories([hit.memory_id for hit in hits]) if hits else {}
         if subject is not None and hits:
             hits = [
@@ -640,11 +682,10 @@ class Store:
                 and (not same_day or other.memory.event_time.astimezone(UTC).date() == day)
             ):
                 score = float(np.dot(vector, other_vector))
-                hits.append(IndexHit(point_id="", memory_id=other.memory.id, score=score))
-                texts[other.memory.id] = embed_text(other.memory)
-        return find_duplicate(
-            hits, self.settings.dedup.threshold, text=embed_text(memory), texts=texts
-        )
+                if score > threshold:
+                    hits.append(IndexHit(point_id="", memory_id=other.memory.id, score=score))
+                    texts[other.memory.id] = embed_text(other.memory)
+        return find_duplicate(hits, threshold, text=embed_text(memory), texts=texts)
 
     def _facts_of(self, memory: Memory, canonical: str) -> list[Memory]:
         """Every fact (current and past) of the memory's subject under ``canonical``."""

@@ -200,6 +200,14 @@ class VectorIndex(Protocol):
         self, dense: Vector, flt: IndexFilter, limit: int, hnsw_ef: int
     ) -> list[IndexHit]: ...
 
+    def dense_search_many(
+        self, searches: Sequence[tuple[Vector, IndexFilter, int]], hnsw_ef: int
+    ) -> list[list[IndexHit]]:
+        """Several dense searches, (vector, filter, limit) each, in ONE engine call; one list
+        of hits per search, in order, each what ``dense_search`` would return. (The engine
+        evaluates a filter the searches share once: a bulk import's duplicate checks.)"""
+        ...
+
     def sparse_search(self, sparse: SparseVec, flt: IndexFilter, limit: int) -> list[IndexHit]: ...
 
     def dense_similarities(

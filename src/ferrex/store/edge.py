@@ -252,6 +252,25 @@ class EdgeIndex:
             points = self.shard.query(request)
         return _hits(points)
 
+    def dense_search_many(
+        self, searches: Sequence[tuple[Vector, IndexFilter, int]], hnsw_ef: int
+    ) -> list[list[IndexHit]]:
+        if self._shard is None or not searches:
+            return [[] for _ in searches]
+        requests = [
+            q.QueryRequest(
+                limit=limit,
+                query=q.Query.Nearest([float(x) for x in dense], using=DENSE),
+                filter=_filter(flt),
+                params=q.SearchParams(hnsw_ef=hnsw_ef),
+                with_payload=_RETURNED_FIELDS,
+            )
+            for dense, flt, limit in searches
+        ]
+        with self._lock:
+            batch = self.shard.query_batch(q.QueryBatchRequest(requests))
+        return [_hits(points) for points in batch]
+
     def sparse_search(self, sparse: SparseVec, flt: IndexFilter, limit: int) -> list[IndexHit]:
         if self._shard is None or not sparse:
             return []

@@ -268,6 +268,24 @@ class QdrantIndex:
             )
         )
 
+    def dense_search_many(
+        self, searches: Sequence[tuple[Vector, IndexFilter, int]], hnsw_ef: int
+    ) -> list[list[IndexHit]]:
+        if not searches or not self._exists():
+            return [[] for _ in searches]
+        requests = [
+            models.QueryRequest(
+                query=[float(x) for x in dense],
+                using=DENSE,
+                limit=limit,
+                filter=_filter(flt),
+                params=models.SearchParams(hnsw_ef=hnsw_ef),
+                with_payload=_RETURNED_FIELDS,
+            )
+            for dense, flt, limit in searches
+        ]
+        return [_hits(response.points) for response in self._batch(requests)]
+
     def sparse_search(self, sparse: SparseVec, flt: IndexFilter, limit: int) -> list[IndexHit]:
         if not self._exists() or not sparse:
             return []
