@@ -9,7 +9,9 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,10 @@ SPARSE = "bm25"
 TOKENS = "tokens"  # the late-interaction multivector (MaxSim), where the collection has it
 _CONFIG = "edge_config.json"  # the engine's own: the collection's vectors
 _RETURNED_FIELDS = ["memory_id", "chunk", "type"]
+# The most points ``EdgeIndex._known`` holds (~300 bytes each); past it the older half goes.
+_KNOWN_POINTS = 50_000
+# One string per memory type: what ``_known`` holds is not a copy per point.
+_TYPES = {name: name for name in ("episodic", "semantic", "procedural")}
 
 
 # The engine never builds its HNSW index by itself, and optimize() holds the GIL for as long as
@@ -64,6 +70,12 @@ class EdgeIndex:
         self._pending: list[q.UpdateOperation] | None = None
         self.optimizer = BackgroundOptimizer(self, optimize_min_unindexed)
         self._late = False
+        # What the engine returned with points it found: (memory_id, chunk, type) by point id.
+        # A point id derives from its memory id and chunk (core/ids.py) and a memory keeps its
+        # type, so an entry is never wrong for a point that exists; writes drop theirs anyway.
+        # A search over known point ids then asks for no payload, which costs the engine ~5 us
+        # a point (a recall's evidence batch returns ~100 of them).
+        self._known: dict[str, tuple[str, int, str]] = {}
         _recover_swap(path)
         if (path / _CONFIG).exists() or _has_segments(path):
             self._shard = self._load(path)
@@ -140,6 +152,7 @@ class EdgeIndex:
         if not points:
             return
         edge_points = [q.Point(p.point_id, self._vectors(p), p.payload) for p in points]
+        self._forget_known([p.point_id for p in points])
         self._apply(q.UpdateOperation.upsert_points(edge_points))
 
     def _vectors(self, point: IndexPoint) -> dict[str, Any]:
@@ -163,12 +176,50 @@ class EdgeIndex:
         if not memory_ids or self._shard is None:
             return
         flt = q.Filter(must=[q.FieldCondition("memory_id", match=q.MatchAny(list(memory_ids)))])
+        gone = set(memory_ids)
+        with self._lock:
+            self._forget_known([pid for pid, known in self._known.items() if known[0] in gone])
         self._apply(q.UpdateOperation.delete_points_by_filter(flt))
 
     def delete_points(self, point_ids: Sequence[str]) -> None:
         if not point_ids or self._shard is None:
             return
+        self._forget_known(point_ids)
         self._apply(q.UpdateOperation.delete_points(list(point_ids)))
+
+    def _forget_known(self, point_ids: Sequence[str]) -> None:
+        with self._lock:
+            for pid in point_ids:
+                self._known.pop(pid, None)
+
+    def _hits(self, points: Sequence[q.ScoredPoint]) -> list[IndexHit]:
+        """Hits of engine points found without their payload: what each point is comes from
+        ``_known``, or from one retrieve of the points it does not hold yet. (Under the lock
+        since the query: a point found exists when retrieved.)"""
+        pids = [str(point.id) for point in points]
+        known = self._known
+        fetched: dict[str, tuple[str, int, str]] = {}
+        unknown: list[int | uuid.UUID | str] = [pid for pid in pids if pid not in known]
+        if unknown:
+            for record in self.shard.retrieve(
+                unknown, with_payload=_RETURNED_FIELDS, with_vector=False
+            ):
+                payload = record.payload or {}
+                fetched[str(record.id)] = (
+                    str(payload.get("memory_id", "")),
+                    int(payload.get("chunk", 0) or 0),
+                    _TYPES.get(str(payload.get("type", "")), ""),
+                )
+        hits = []
+        for pid, point in zip(pids, points, strict=True):
+            memory_id, chunk, memory_type = known.get(pid) or fetched.get(pid) or ("", 0, "")
+            hits.append(IndexHit(pid, memory_id, float(point.score), chunk, memory_type))
+        if fetched:
+            if len(known) + len(fetched) > _KNOWN_POINTS:
+                for pid in list(islice(known, len(known) // 2 + 1)):
+                    del known[pid]  # the older half
+            known.update(fetched)
+        return sorted(hits, key=hit_order)
 
     def set_payload(self, memory_id: str, payload: dict[str, Any]) -> None:
         flt = q.Filter(must=[q.FieldCondition("memory_id", match=q.MatchValue(memory_id))])
@@ -197,6 +248,18 @@ class EdgeIndex:
             return [[] for _ in searches]
         vector = [float(x) for x in dense] if any(c == "dense" for c, _, _ in searches) else []
         late = self._late and tokens is not None and len(tokens) > 0
+        with self._lock:  # what _known holds when the requests are made, until they return
+            return self._search_batch(vector, sparse, searches, hnsw_ef, tokens, late)
+
+    def _search_batch(
+        self,
+        vector: list[float],
+        sparse: SparseVec,
+        searches: Sequence[tuple[str, IndexFilter, int]],
+        hnsw_ef: int,
+        tokens: np.ndarray | None,
+        late: bool,
+    ) -> list[list[IndexHit]]:
         requests = []
         for channel, flt, limit in searches:
             if channel == "tokens":
@@ -208,7 +271,7 @@ class EdgeIndex:
                         limit=limit,
                         query=q.Query.Nearest(tokens.astype(np.float32).tolist(), using=TOKENS),
                         filter=_filter(flt),
-                        with_payload=_RETURNED_FIELDS,
+                        with_payload=False,
                     )
                 )
             elif channel == "dense":
@@ -218,7 +281,7 @@ class EdgeIndex:
                         query=q.Query.Nearest(vector, using=DENSE),
                         filter=_filter(flt),
                         params=q.SearchParams(hnsw_ef=hnsw_ef),
-                        with_payload=_RETURNED_FIELDS,
+                        with_payload=False,
                     )
                 )
             else:
@@ -228,12 +291,11 @@ class EdgeIndex:
                         query=q.Query.Nearest(_sparse(sparse), using=SPARSE),
                         filter=_filter(flt),
                         params=q.SearchParams(idf=q.IdfParams(corpus=_namespace_filter(flt))),
-                        with_payload=_RETURNED_FIELDS,
+                        with_payload=False,
                     )
                 )
-        with self._lock:
-            batch = self.shard.query_batch(q.QueryBatchRequest(requests)) if requests else []
-        found = iter([_hits(points) for points in batch])
+        batch = self.shard.query_batch(q.QueryBatchRequest(requests)) if requests else []
+        found = iter([self._hits(points) for points in batch])
         return [next(found) if channel != "tokens" or late else [] for channel, _, _ in searches]
 
     def dense_search(
@@ -246,11 +308,10 @@ class EdgeIndex:
             query=q.Query.Nearest([float(x) for x in dense], using=DENSE),
             filter=_filter(flt),
             params=q.SearchParams(hnsw_ef=hnsw_ef),
-            with_payload=_RETURNED_FIELDS,
+            with_payload=False,
         )
         with self._lock:
-            points = self.shard.query(request)
-        return _hits(points)
+            return self._hits(self.shard.query(request))
 
     def dense_search_many(
         self, searches: Sequence[tuple[Vector, IndexFilter, int]], hnsw_ef: int
@@ -263,13 +324,13 @@ class EdgeIndex:
                 query=q.Query.Nearest([float(x) for x in dense], using=DENSE),
                 filter=_filter(flt),
                 params=q.SearchParams(hnsw_ef=hnsw_ef),
-                with_payload=_RETURNED_FIELDS,
+                with_payload=False,
             )
             for dense, flt, limit in searches
         ]
         with self._lock:
             batch = self.shard.query_batch(q.QueryBatchRequest(requests))
-        return [_hits(points) for points in batch]
+            return [self._hits(points) for points in batch]
 
     def sparse_search(self, sparse: SparseVec, flt: IndexFilter, limit: int) -> list[IndexHit]:
         if self._shard is None or not sparse:
@@ -279,11 +340,10 @@ class EdgeIndex:
             query=q.Query.Nearest(_sparse(sparse), using=SPARSE),
             filter=_filter(flt),
             params=q.SearchParams(idf=q.IdfParams(corpus=_namespace_filter(flt))),
-            with_payload=_RETURNED_FIELDS,
+            with_payload=False,
         )
         with self._lock:
-            points = self.shard.query(request)
-        return _hits(points)
+            return self._hits(self.shard.query(request))
 
     def dense_similarities(
         self, others: Mapping[str, Sequence[str]], model: str
@@ -378,6 +438,7 @@ class EdgeIndex:
             if self.path.exists():
                 shutil.rmtree(self.path)
             self._late = False
+            self._known.clear()
             self.ensure_collection(dimension, late_interaction=late_interaction)
 
     def start_background_work(self) -> None:
@@ -618,22 +679,6 @@ def _has_segments(path: Path) -> bool:
 
 def _sparse(vec: SparseVec) -> q.SparseVector:
     return q.SparseVector(list(vec.indices), list(vec.values))
-
-
-def _hits(points: Sequence[q.ScoredPoint]) -> list[IndexHit]:
-    hits = []
-    for point in points:
-        payload = point.payload or {}
-        hits.append(
-            IndexHit(
-                point_id=str(point.id),
-                memory_id=str(payload.get("memory_id", "")),
-                score=float(point.score),
-                chunk=int(payload.get("chunk", 0) or 0),
-                memory_type=str(payload.get("type", "")),
-            )
-        )
-    return sorted(hits, key=hit_order)
 
 
 def _namespace_filter(flt: IndexFilter) -> q.Filter:
