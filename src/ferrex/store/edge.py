@@ -685,6 +685,12 @@ def _namespace_filter(flt: IndexFilter) -> q.Filter:
     return q.Filter(must=[q.FieldCondition("namespace", match=q.MatchValue(flt.namespace))])
 
 
+def _match(values: list[str]) -> Any:
+    """One value: ``MatchValue``, which the engine evaluates faster than the same ``MatchAny``
+    (a duplicate check's filter at 10,000 points: 2.8 -> 2.0 ms)."""
+    return q.MatchValue(values[0]) if len(values) == 1 else q.MatchAny(values)
+
+
 def _filter(flt: IndexFilter) -> q.Filter:
     must: list[Any] = [q.FieldCondition("namespace", match=q.MatchValue(flt.namespace))]
     chosen: list[Any] = []
@@ -697,10 +703,10 @@ def _filter(flt: IndexFilter) -> q.Filter:
     if flt.model is not None:
         must.append(q.FieldCondition("model", match=q.MatchValue(flt.model)))
     if flt.types:
-        must.append(q.FieldCondition("type", match=q.MatchAny(list(flt.types))))
+        must.append(q.FieldCondition("type", match=_match(list(flt.types))))
     if flt.entity_ids is not None:
         values = [str(e) for e in flt.entity_ids] or ["__none__"]
-        must.append(q.FieldCondition("entities", match=q.MatchAny(values)))
+        must.append(q.FieldCondition("entities", match=_match(values)))
     current = q.IsEmptyCondition("t_invalid")  # "empty" = null or absent
     ranged = flt.time_after is not None or flt.time_before is not None
     if ranged:
