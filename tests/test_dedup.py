@@ -305,3 +305,52 @@ def test_recurring_events_in_one_batch_are_kept_apart_by_their_dates(
     )
     assert [s.get("status") for s in stored[:2]] == ["stored", "stored"]
     assert stored[2]["error"]["code"] == "duplicate"
+
+
+def test_a_bulk_batch_rejects_what_one_store_at_a_time_rejects(
+    make_service: ServiceFactory,
+) -> None:
+    """A batch's duplicate searches run in one engine call before its transaction: on a store
+    already holding memories (near misses included) its answers are those of the same items
+    stored one by one."""
+    known = [
+        ORIGINAL,
+        DIFFERENT,
+        "the staging cluster was upgraded to postgres 16.2 on tuesday",
+        "deploy of api-server v2.3.1 to production finished at 14:05",
+        "the payments team moved the invoice export to friday nights",
+    ]
+    batch: list[dict[str, Any]] = [
+        {"content": REWORDED},  # a rewording of a stored memory: a duplicate
+        {"content": "the staging cluster was upgraded to postgres 16.3 on tuesday"},  # one number
+        {"content": "deploy of api-server v2.3.1 to production finished at 14:05"},  # exact
+        # A fact (searched in the transaction, its subject resolved there) beside the episode.
+        {"subject": "payments team", "predicate": "exports_invoices_on", "object": "friday"},
+        {"content": "a brand new memory about the office plants being watered"},
+        {"content": "a brand new memory about the office plants being watered"},  # in-batch copy
+        {"content": "deploy of api-server v2.3.2 to production finished at 14:05"},  # one id
+    ]
+
+    def outcome(service: MemoryService, ids: dict[str, str], answer: dict[str, Any]) -> Any:
+        if "error" in answer:
+            error = answer["error"]
+            return (error["code"], ids.get(error.get("existing_id", ""), "batch"))
+        return answer["status"]
+
+    def seeded() -> tuple[MemoryService, dict[str, str]]:
+        service = make_service()
+        ids = {invoke(service, "store", {"content": text})["id"]: text for text in known}
+        return service, ids
+
+    bulk, bulk_ids = seeded()
+    in_bulk = [outcome(bulk, bulk_ids, a) for a in store_many(bulk, batch)]
+    single, single_ids = seeded()
+    one_by_one = []
+    for item in batch:
+        try:
+            one_by_one.append(outcome(single, single_ids, invoke(single, "store", item)))
+        except FerrexError as exc:
+            one_by_one.append(outcome(single, single_ids, {"error": exc.to_dict()}))
+    assert in_bulk == one_by_one
+    assert in_bulk[0] == ("duplicate", ORIGINAL) and in_bulk[2][0] == "duplicate"
+    assert in_bulk[1] == in_bulk[3] == in_bulk[6] == "stored" and in_bulk[5][0] == "duplicate"

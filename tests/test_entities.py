@@ -294,6 +294,59 @@ def test_the_resolvers_tables_stay_what_a_reload_gives(
     assert {"new", "fuzzy", "embedding"} <= set(methods)
 
 
+def test_the_name_embedding_table_grows_and_reloads_when_out_of_order(
+    meta: MetadataStore,
+) -> None:
+    from ferrex.core.entities import _VectorTable
+
+    rows = np.eye(4, dtype=np.float32)
+    table = _VectorTable([1, 2, 3, 4], rows)
+    held = table.matrix  # a reader's view, kept across the growth
+    for entity_id in range(5, 30):  # past the buffer's size, several times
+        vector = np.full(4, entity_id, dtype=np.float32)
+        assert table.append(entity_id, vector)
+    matrix = table.matrix
+    assert matrix is not None and matrix.shape == (29, 4) and table.ids == list(range(1, 30))
+    assert np.array_equal(matrix[:4], rows) and np.array_equal(matrix[28], np.full(4, 29))
+    assert held is not None and np.array_equal(held, rows)  # unchanged for its reader
+    assert not table.append(7, np.zeros(4, dtype=np.float32))  # out of order: reload instead
+    assert not table.append(30, np.zeros(3, dtype=np.float32))  # another dimension: reload
+
+
+def test_a_table_load_never_waits_for_the_store_while_holding_the_resolver(
+    meta: MetadataStore, embedder: FastEmbedEmbedder
+) -> None:
+    """A lookup that loads a table waits for the store's lock when a write transaction holds
+    it; that transaction's own resolution must not then wait for the lookup (a recall naming
+    entities beside a store used to be able to deadlock here)."""
+    import threading
+    import time
+
+    r = resolver(meta, embedder)
+    r.resolve("ns", "postgres", create=True, at=NOW)
+    r.invalidate()
+    results: dict[str, object] = {}
+    in_tx = threading.Event()
+
+    def writer() -> None:
+        with meta.transaction():
+            in_tx.set()
+            time.sleep(0.3)  # the reader is now waiting for the store
+            results["writer"] = r.resolve("ns", "postgresql", create=True, at=NOW).method
+
+    def reader() -> None:
+        in_tx.wait()
+        results["reader"] = r.fuzzy_match("ns", "postgre")
+
+    threads = [threading.Thread(target=f, daemon=True) for f in (writer, reader)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=20)
+    assert not any(thread.is_alive() for thread in threads), "deadlock"
+    assert results["writer"] == "fuzzy" and results["reader"] is not None
+
+
 def test_lookup_without_create_writes_nothing(
     meta: MetadataStore, embedder: FastEmbedEmbedder
 ) -> None:

@@ -75,9 +75,14 @@ class EntityResolver:
         self._names: dict[str, _NameTable] = {}
         self._vectors: dict[str, _VectorTable] = {}
         self._lock = threading.RLock()
+        # Bumped by every change of what the tables should hold: a table read from the store
+        # while one happened is used once, not kept. (Tables are read outside ``_lock``: a
+        # store's transaction holds the store's lock and then needs this one.)
+        self._generation = 0
 
     def invalidate(self, namespace: str | None = None) -> None:
         with self._lock:
+            self._generation += 1
             if namespace is None:
                 self._names.clear()
                 self._vectors.clear()
@@ -88,29 +93,43 @@ class EntityResolver:
     def _name_table(self, namespace: str) -> tuple[list[str], list[int]]:
         with self._lock:
             table = self._names.get(namespace)
-            if table is None:
-                table = self._names[namespace] = _NameTable(self.store.entity_names(namespace))
-            return table.names, table.ids
+            generation = self._generation
+        if table is None:
+            loaded = _NameTable(self.store.entity_names(namespace))
+            with self._lock:
+                table = self._names.get(namespace)
+                if table is None:
+                    table = loaded
+                    if self._generation == generation:
+                        self._names[namespace] = loaded
+        return table.names, table.ids
 
     def _vector_table(self, namespace: str) -> tuple[list[int], np.ndarray | None]:
         with self._lock:
             table = self._vectors.get(namespace)
-            if table is None:
-                table = self._vectors[namespace] = _VectorTable(
-                    *self.store.entity_embeddings(namespace)
-                )
-            return table.ids, table.matrix
+            generation = self._generation
+        if table is None:
+            loaded = _VectorTable(*self.store.entity_embeddings(namespace))
+            with self._lock:
+                table = self._vectors.get(namespace)
+                if table is None:
+                    table = loaded
+                    if self._generation == generation:
+                        self._vectors[namespace] = loaded
+        return table.ids, table.matrix
 
     def _added_name(self, namespace: str, normalized: str, entity_id: int) -> None:
         """A name or alias this resolver just wrote: into the loaded table, where a reload
         would put it."""
         with self._lock:
+            self._generation += 1
             table = self._names.get(namespace)
             if table is not None:
                 table.add(normalized, entity_id)
 
     def _added_entity(self, namespace: str, entity_id: int, vector: np.ndarray) -> None:
         with self._lock:
+            self._generation += 1
             table = self._vectors.get(namespace)
             if table is not None and not table.append(entity_id, vector):
                 del self._vectors[namespace]  # (an id out of order: reload it when asked)

@@ -317,6 +317,9 @@ class Store:
         journal: list[int] = []
         batch_vectors: list[tuple[_Prepared, Vector]] = []
         with self.deps.write:
+            # Another connection's writes (an operator command) drop the caches, the
+            # resolver's tables among them, before this one relies on them.
+            self.deps.sync_external_writes()
             now = self.now()
             if bulk:
                 self._search_nearest(prepared)
@@ -356,7 +359,8 @@ class Store:
                     _checkpoint(PHASE_BEFORE_COMMIT)
             except BaseException:
                 # Rolled back: what the resolver learned in it is gone from the store too.
-                self.entities.invalidate()
+                for namespace in {item.memory.namespace for item in prepared}:
+                    self.entities.invalidate(namespace)
                 raise
             _checkpoint(PHASE_AFTER_COMMIT)
             if to_index or to_payload:

@@ -177,7 +177,10 @@ def rebuild(
 
 
 def reembed_entities(service: MemoryService) -> int:
-    return service.sync.reembed_entities()
+    try:
+        return service.sync.reembed_entities()
+    finally:
+        service.entities.invalidate()  # the name embeddings it compares changed
 
 
 # =========================================================================== export
@@ -352,47 +355,51 @@ def import_records(
         if progress:
             progress(len(imported), total)
 
-    for record in records:
-        kind = record.get("kind")
-        if kind == "header":
-            if (
-                record.get("format") != EXPORT_FORMAT
-                or int(record.get("version", 0)) > EXPORT_VERSION
-            ):
+    try:
+        for record in records:
+            kind = record.get("kind")
+            if kind == "header":
+                if (
+                    record.get("format") != EXPORT_FORMAT
+                    or int(record.get("version", 0)) > EXPORT_VERSION
+                ):
+                    raise FerrexError(
+                        "invalid_params", "not a ferrex export file (or from a newer ferrex)"
+                    )
+                seen_header = True
+                continue
+            if not seen_header:
                 raise FerrexError(
-                    "invalid_params", "not a ferrex export file (or from a newer ferrex)"
+                    "invalid_params", "not a ferrex export file: the header line is missing"
                 )
-            seen_header = True
-            continue
-        if not seen_header:
-            raise FerrexError(
-                "invalid_params", "not a ferrex export file: the header line is missing"
-            )
-        if kind == "entity":
-            entity_map[int(record["id"])] = _import_entity(service, record, now)
-        elif kind == "memory":
-            total += 1
-            # Already in the store, or earlier in this file (e.g. two overlapping exports
-            # concatenated): reported as a duplicate, the first copy wins.
-            if record["id"] in seen_ids or meta.memory_exists(record["id"]):
-                duplicates.append(record["id"])
-                continue
-            seen_ids.add(record["id"])
-            pending.append(record_to_memory(record, entity_map))
-            if len(pending) >= batch:
-                flush()
-        elif kind == "audit":
-            row = _audit_row(record)
-            if present_audit[row] > 0:  # already in this store (e.g. the same file imported twice)
-                present_audit[row] -= 1
-                audit_duplicates += 1
-                continue
-            with meta.transaction():
-                meta.insert_audit_row(row)
-            audit_rows += 1
-    flush()
-    service.entities.invalidate()
-    service.cache.invalidate()
+            if kind == "entity":
+                entity_map[int(record["id"])] = _import_entity(service, record, now)
+            elif kind == "memory":
+                total += 1
+                # Already in the store, or earlier in this file (e.g. two overlapping exports
+                # concatenated): reported as a duplicate, the first copy wins.
+                if record["id"] in seen_ids or meta.memory_exists(record["id"]):
+                    duplicates.append(record["id"])
+                    continue
+                seen_ids.add(record["id"])
+                pending.append(record_to_memory(record, entity_map))
+                if len(pending) >= batch:
+                    flush()
+            elif kind == "audit":
+                row = _audit_row(record)
+                # Already in this store (e.g. the same file imported twice).
+                if present_audit[row] > 0:
+                    present_audit[row] -= 1
+                    audit_duplicates += 1
+                    continue
+                with meta.transaction():
+                    meta.insert_audit_row(row)
+                audit_rows += 1
+        flush()
+    finally:
+        # Entities it wrote are in the store however far it got: the resolver reloads them.
+        service.entities.invalidate()
+        service.cache.invalidate()
     return {
         "imported": len(imported),
         "duplicates": duplicates,

@@ -129,6 +129,7 @@ class Readiness:
                 if deps.meta.get_meta(REBUILD_PENDING):
                     log.warning("an index rebuild was interrupted; rebuilding now")
                     deps.sync.reembed_entities()
+                    deps.entities.invalidate()
                     deps.sync.rebuild()
                     deps.meta.set_meta(REBUILD_PENDING, "")
                     deps.meta.delete_meta(REBUILD_TARGET)

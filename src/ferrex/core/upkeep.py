@@ -75,11 +75,12 @@ class Upkeep:
                 removed_names = sorted(row.display_name for row in names.values())
                 meta.delete_entities(orphans)
             _checkpoint(PHASE_BEFORE_COMMIT)
+        # Committed: the orphan entities are gone, whatever the index steps below do.
+        deps.entities.invalidate(namespace)
         _checkpoint(PHASE_AFTER_COMMIT)
         deps.sync.delete(list(memory_ids))
         _checkpoint(PHASE_AFTER_INDEX)
         meta.journal_done(journal)
-        deps.entities.invalidate(namespace)
         deps.after_write(namespace)
         return removed_names
 

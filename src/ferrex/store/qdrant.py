@@ -284,7 +284,10 @@ class QdrantIndex:
             )
             for dense, flt, limit in searches
         ]
-        return [_hits(response.points) for response in self._batch(requests)]
+        with warnings.catch_warnings():  # dense only: no IDF fallback to try (``_batch``)
+            warnings.filterwarnings("ignore", message="Local mode performs exact")
+            found = self.client.query_batch_points(self.collection, requests=requests)
+        return [_hits(response.points) for response in found]
 
     def sparse_search(self, sparse: SparseVec, flt: IndexFilter, limit: int) -> list[IndexHit]:
         if not self._exists() or not sparse:
