@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeVar
 
 import numpy as np
 from rapidfuzz import process
@@ -22,6 +23,7 @@ from rapidfuzz.distance import JaroWinkler
 from ferrex.core.names import distinct_entity_names, numbers_differ, word_swapped
 from ferrex.core.ports import MetadataStore, Vector
 
+_T = TypeVar("_T")
 _SEPARATORS = re.compile(r"[\s_\-]+")
 
 
@@ -91,32 +93,35 @@ class EntityResolver:
                 self._vectors.pop(namespace, None)
 
     def _name_table(self, namespace: str) -> tuple[list[str], list[int]]:
-        with self._lock:
-            table = self._names.get(namespace)
-            generation = self._generation
-        if table is None:
-            loaded = _NameTable(self.store.entity_names(namespace))
-            with self._lock:
-                table = self._names.get(namespace)
-                if table is None:
-                    table = loaded
-                    if self._generation == generation:
-                        self._names[namespace] = loaded
+        table = self._table(
+            self._names, namespace, lambda: _NameTable(self.store.entity_names(namespace))
+        )
         return table.names, table.ids
 
     def _vector_table(self, namespace: str) -> tuple[list[int], np.ndarray | None]:
-        with self._lock:
-            table = self._vectors.get(namespace)
-            generation = self._generation
-        if table is None:
-            loaded = _VectorTable(*self.store.entity_embeddings(namespace))
-            with self._lock:
-                table = self._vectors.get(namespace)
-                if table is None:
-                    table = loaded
-                    if self._generation == generation:
-                        self._vectors[namespace] = loaded
+        table = self._table(
+            self._vectors,
+            namespace,
+            lambda: _VectorTable(*self.store.entity_embeddings(namespace)),
+        )
         return table.ids, table.matrix
+
+    def _table(self, tables: dict[str, _T], namespace: str, load: Callable[[], _T]) -> _T:
+        """The namespace's loaded table, or one read from the store outside ``_lock`` and
+        kept only if nothing changed meanwhile (``_generation``)."""
+        with self._lock:
+            table = tables.get(namespace)
+            generation = self._generation
+        if table is not None:
+            return table
+        loaded = load()
+        with self._lock:
+            table = tables.get(namespace)
+            if table is None:
+                table = loaded
+                if self._generation == generation:
+                    tables[namespace] = loaded
+        return table
 
     def _added_name(self, namespace: str, normalized: str, entity_id: int) -> None:
         """A name or alias this resolver just wrote: into the loaded table, where a reload
