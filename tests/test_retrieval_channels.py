@@ -147,6 +147,42 @@ async def test_only_a_neighbour_about_the_same_thing_is_context_by_default(
     assert gated[ids[follow_up]]["score"] > without[ids[follow_up]]["score"]
 
 
+async def test_the_answer_to_a_question_is_its_context_whatever_its_words(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    """``retrieval.neighbours.answer_weight``: the memory stored right after a hit that asks a
+    question is its answer's likeliest place. "Oh, seven hundred, give or take" is far under
+    the similarity gate with the question turn, yet it is the answer: by default it gets
+    the question's credit and is returned right under it; with no neighbours, or with the
+    rule off (the gate passes nothing), it is under the relevance floor and not returned."""
+    question_turn = "Gina: How much rent do you pay for the studio downtown?"
+    reply = "Jon: Oh, seven hundred, give or take."  # cosine 0.08 with the question turn
+    data = tmp_path / "d"
+    async with mcp_client(data, models_dir, FERREX_RETRIEVAL__NEIGHBOURS__WEIGHT="0") as client:
+        start = datetime(2026, 3, 1, 12, tzinfo=UTC)
+        ids = {}
+        for n, text in enumerate([question_turn, reply]):
+            at = (start + timedelta(minutes=n)).isoformat()
+            ids[text] = (await ok(client, "store", {"content": text, "timestamp": at}))["id"]
+        for n, text in enumerate(FILLER):
+            at = (start + timedelta(days=n + 1)).isoformat()
+            await ok(client, "store", {"content": text, "timestamp": at})
+        ask = {"query": "What rent does Gina's friend pay for the studio?", "explain": True}
+        alone = {r["id"]: r for r in (await ok(client, "recall", ask))["results"]}
+
+    async def scores(**env: str) -> list[dict[str, Any]]:
+        async with mcp_client(data, models_dir, **env) as client:
+            return list((await ok(client, "recall", ask))["results"])
+
+    by_default = await scores()
+    rule_off = {r["id"]: r for r in await scores(FERREX_RETRIEVAL__NEIGHBOURS__ANSWER_WEIGHT="0")}
+    assert by_default[0]["id"] == ids[question_turn], [r["content"] for r in by_default]
+    assert by_default[1]["id"] == ids[reply], [r["content"] for r in by_default]
+    assert 0 < by_default[1]["score"] <= by_default[0]["score"]
+    assert ids[question_turn] in alone and ids[question_turn] in rule_off
+    assert ids[reply] not in alone and ids[reply] not in rule_off, rule_off
+
+
 def _late_of(answer: dict[str, Any]) -> list[Any]:
     return [r["explain"].get("late") for r in answer["results"]]
 
@@ -236,7 +272,13 @@ async def test_a_question_only_the_late_interaction_channel_answers_first(
     question = {"query": "Which city did Gina visit for work?", "limit": 3, "explain": True}
     # A conversational store may weigh the channel more than the default (fitted on LoCoMo and
     # SciFact together, where the default 1.511 keeps SciFact whole); the weight is a setting.
-    heavier = {**LATE_ON, "FERREX_RETRIEVAL__RELEVANCE_LATE__LATE": "8"}
+    # Neighbours off: this is the channel's test (with a looser gate, 0.3, the sister turn
+    # stored two places after the Paris turn ties with it at its cap and may come first).
+    heavier = {
+        **LATE_ON,
+        "FERREX_RETRIEVAL__RELEVANCE_LATE__LATE": "8",
+        "FERREX_RETRIEVAL__NEIGHBOURS__WEIGHT": "0",
+    }
     async with mcp_client(data, models_dir, **heavier) as client:
         for text in CONVERSATION:
             await ok(client, "store", {"content": text})

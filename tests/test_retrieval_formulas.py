@@ -216,10 +216,10 @@ def test_context_neighbours_credit_by_noisy_or_within_the_gap() -> None:
     )
     near = {
         "hit": [
-            ("prev", -1, t0, t1, True),
-            ("next2", 2, t1, t1, True),
-            ("week-later", 1, later, t1, True),
-            ("superseded", -2, t0, t1, False),
+            ("prev", -1, t0, t1, True, False),
+            ("next2", 2, t1, t1, True, False),
+            ("week-later", 1, later, t1, True, False),
+            ("superseded", -2, t0, t1, False, False),
         ]
     }
     credit = context_credit({"hit": 0.8, "next2": 0.5}, near, cfg, may_join=True)
@@ -240,7 +240,13 @@ def test_context_lifts_a_memory_at_most_to_the_hit_it_is_context_of() -> None:
 
     cfg = NeighbourConfig(weight=0.4, decay=0.5, window=2, gap_seconds=3600, min_similarity=-1)
     t = "2026-01-01T10:00:00+00:00"
-    near = {"hit": [("close", -1, t, t, True), ("above", 1, t, t, True), ("low", 2, t, t, True)]}
+    near = {
+        "hit": [
+            ("close", -1, t, t, True, False),
+            ("above", 1, t, t, True, False),
+            ("low", 2, t, t, True, False),
+        ]
+    }
     relevance = {"hit": 0.5, "close": 0.45, "above": 0.6, "low": 0.1}
     credit = context_credit(relevance, near, cfg, may_join=True).relevance
     assert credit["close"] == 0.5  # 1 - 0.55 x 0.8 = 0.56, capped at the hit's 0.5
@@ -255,7 +261,7 @@ def test_decay_zero_makes_only_the_nearest_neighbours_context() -> None:
 
     cfg = NeighbourConfig(weight=0.4, decay=0.0, window=2, gap_seconds=3600, min_similarity=-1)
     t = "2026-01-01T10:00:00+00:00"
-    near = {"hit": [("next", 1, t, t, True), ("next2", 2, t, t, True)]}
+    near = {"hit": [("next", 1, t, t, True, False), ("next2", 2, t, t, True, False)]}
     credit = context_credit({"hit": 0.5}, near, cfg, may_join=True)
     assert credit.relevance["next"] == pytest.approx(0.2) and "next2" not in credit.relevance
     assert credit.joined == {"next": "hit"}
@@ -269,7 +275,13 @@ def test_a_neighbour_about_something_else_gets_no_credit() -> None:
 
     cfg = NeighbourConfig(weight=0.4, decay=0.5, window=2, gap_seconds=3600, min_similarity=0.4)
     t = "2026-01-01T10:00:00+00:00"
-    near = {"hit": [("same", -1, t, t, True), ("other", 1, t, t, True), ("gone", 2, t, t, True)]}
+    near = {
+        "hit": [
+            ("same", -1, t, t, True, False),
+            ("other", 1, t, t, True, False),
+            ("gone", 2, t, t, True, False),
+        ]
+    }
     similarity = {("hit", "same"): 0.4, ("hit", "other"): 0.399}  # "gone": no cosine
     credit = context_credit({"hit": 0.8}, near, cfg, may_join=True, similarity=similarity)
     assert credit.relevance["same"] == pytest.approx(0.4 * 0.8)
@@ -277,6 +289,65 @@ def test_a_neighbour_about_something_else_gets_no_credit() -> None:
     assert credit.joined == {"same": "hit"}
     ungated = context_credit({"hit": 0.8}, near, cfg, may_join=True)
     assert set(ungated.joined) == {"same", "other", "gone"}
+
+
+@pytest.mark.parametrize(
+    ("text", "asks"),
+    [
+        ("Who's your favourite player?", True),
+        ("What was it about? 😊", True),
+        ('She said "really?"', True),
+        ("Really?!", True),
+        ("Fine.", False),
+        ("Is it? Yes, it is.", False),  # a question inside, not at the end
+        ("version 2.0", False),
+        ("", False),
+        ("???", True),
+    ],
+)
+def test_a_memory_asks_when_its_text_ends_with_a_question(text: str, asks: bool) -> None:
+    from ferrex.core.neighbours import asks_question
+
+    assert asks_question(text) is asks
+
+
+def test_the_answer_to_a_question_gets_its_credit_whatever_its_cosine() -> None:
+    """A hit that asks passes the memory stored right after it ``answer_weight x relevance``,
+    ungated by ``min_similarity``; the one before it, and every neighbour of a hit that does
+    not ask, stay ordinary (gated, weight x decay^(d-1)); answer_weight 0 turns the rule off."""
+    from ferrex.config import NeighbourConfig
+    from ferrex.core.neighbours import context_credit
+
+    t = "2026-01-01T10:00:00+00:00"
+    cfg = NeighbourConfig(weight=0.5, decay=0.7, window=2, min_similarity=0.3, answer_weight=0.9)
+
+    def near(asks: bool) -> dict[str, list[tuple[str, int, str, str, bool, bool]]]:
+        return {
+            "hit": [
+                ("before", -1, t, t, True, asks),
+                ("answer", 1, t, t, True, asks),
+                ("after2", 2, t, t, True, asks),
+            ]
+        }
+
+    low = {("hit", "before"): 0.1, ("hit", "answer"): 0.1, ("hit", "after2"): 0.3}
+    asked = context_credit({"hit": 0.8}, near(True), cfg, may_join=True, similarity=low)
+    assert asked.relevance["answer"] == pytest.approx(0.9 * 0.8)  # cosine 0.1: still credited
+    assert "before" not in asked.relevance  # the turn before a question: gated as before
+    assert asked.relevance["after2"] == pytest.approx(0.5 * 0.7 * 0.8)  # at the gate: passes
+    assert asked.joined == {"answer": "hit", "after2": "hit"}
+    # The cap holds for answers too: never above the question that gave the credit.
+    candidate = context_credit(
+        {"hit": 0.6, "answer": 0.5}, near(True), cfg, may_join=True, similarity=low
+    )
+    assert candidate.relevance["answer"] == 0.6
+    told = context_credit({"hit": 0.8}, near(False), cfg, may_join=True, similarity=low)
+    assert set(told.relevance) == {"hit", "after2"}  # a statement's next turn: gated
+    off = NeighbourConfig(weight=0.5, decay=0.7, window=2, min_similarity=0.3, answer_weight=0)
+    rule_off = context_credit({"hit": 0.8}, near(True), off, may_join=True, similarity=low)
+    assert "answer" not in rule_off.relevance
+    ungated = context_credit({"hit": 0.8}, near(True), off, may_join=True)
+    assert ungated.relevance["answer"] == pytest.approx(0.5 * 0.8)  # ordinary distance-1 credit
 
 
 def test_the_floor_judges_a_candidates_floor_basis_where_it_has_one() -> None:

@@ -187,6 +187,9 @@ class NeighbourConfig(_Section):
     # A neighbour is context only when it is about the same thing: the dense cosine between
     # it and the hit at least this (-1: any neighbour, no lookup).
     min_similarity: float = Field(default=0.35, ge=-1, le=1)
+    # The memory stored right after a hit that asks a question (its answer) gets this credit,
+    # whatever its cosine with the question (0: it is an ordinary neighbour).
+    answer_weight: float = Field(default=0.9, ge=0, le=1)
 
 
 class FeedbackConfig(_Section):

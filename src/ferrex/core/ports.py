@@ -113,6 +113,10 @@ class Reranker(Protocol):
 
 Validity = Literal["current", "all"]
 
+# A memory stored next to another (MetadataStore.stored_neighbours): (its id, offset from the
+# other, its created_at, the other's created_at, current, whether the other asks a question).
+StoredNeighbour = tuple[str, int, str, str, bool, bool]
+
 
 @dataclass(frozen=True)
 class IndexFilter:
@@ -367,7 +371,7 @@ class MetadataStore(Protocol):
 
     def stored_neighbours(
         self, namespace: str, memory_ids: Sequence[str], window: int
-    ) -> dict[str, list[tuple[str, int, str, str, bool]]]: ...
+    ) -> dict[str, list[StoredNeighbour]]: ...
 
     def referencing_sources(self, memory_ids: Sequence[str]) -> set[str]: ...
 

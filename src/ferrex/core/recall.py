@@ -20,7 +20,7 @@ from ferrex.core.ids import point_id
 from ferrex.core.indexing import sparse_text
 from ferrex.core.late_interaction import ContentWords, mean_maxsim, query_tokens
 from ferrex.core.memory import Memory, MemoryType
-from ferrex.core.neighbours import context_credit, context_pairs
+from ferrex.core.neighbours import context_credit, context_pairs, is_answer
 from ferrex.core.ports import (
     IndexFilter,
     IndexHit,
@@ -605,9 +605,11 @@ class Recall:
         if cfg.min_similarity > -1:
             # The cosines of the pairs credit may pass along (``gate`` holds the same
             # candidates, so its pairs are these; a pair without a cosine passes nothing).
+            # An answer passes without one (core/neighbours.py ``is_answer``).
             others: dict[str, list[str]] = {}
-            for hit, other, _ in context_pairs(relevance, near, cfg, may_join=may_join):
-                others.setdefault(hit, []).append(other)
+            for hit, other, offset in context_pairs(relevance, near, cfg, may_join=may_join):
+                if not is_answer(offset, near[hit][0][5], cfg):
+                    others.setdefault(hit, []).append(other)
             similarity = self.index.dense_similarities(others, flt.model or self.embedder.info.pin)
         credit = context_credit(relevance, near, cfg, may_join=may_join, similarity=similarity)
         for mid, value in credit.relevance.items():

@@ -19,7 +19,14 @@ import numpy as np
 
 from ferrex.core.clock import from_iso, to_iso
 from ferrex.core.memory import Memory, MemoryType
-from ferrex.core.ports import EntityRow, JournalEntry, MemoryCount, ReviewBucket
+from ferrex.core.neighbours import asks_question
+from ferrex.core.ports import (
+    EntityRow,
+    JournalEntry,
+    MemoryCount,
+    ReviewBucket,
+    StoredNeighbour,
+)
 from ferrex.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 _MEMORY_COLUMNS = (
@@ -450,25 +457,27 @@ class MetadataStore:
 
     def stored_neighbours(
         self, namespace: str, memory_ids: Sequence[str], window: int
-    ) -> dict[str, list[tuple[str, int, str, str, bool]]]:
+    ) -> dict[str, list[StoredNeighbour]]:
         """Memories stored just before and after each of ``memory_ids`` in ``namespace``.
 
         Storage order is (created_at, rowid). Per memory: up to ``window`` on each side as
         (id, offset -window..-1 / 1..window, created_at of the neighbour, created_at of the
-        memory, current = t_invalid is null)."""
-        out: dict[str, list[tuple[str, int, str, str, bool]]] = {}
+        memory, current = t_invalid is null, whether the memory asks a question)."""
+        out: dict[str, list[StoredNeighbour]] = {}
         if window <= 0 or not memory_ids:
             return out
         with self._lock:
             for memory_id in memory_ids:
                 row = self._conn.execute(
-                    "SELECT created_at, rowid AS r FROM memories WHERE id = ? AND namespace = ?",
+                    "SELECT created_at, rowid AS r, substr(rtrim(content), -16) AS tail "
+                    "FROM memories WHERE id = ? AND namespace = ?",
                     (memory_id, namespace),
                 ).fetchone()
                 if row is None:
                     continue
                 own = (row["created_at"], row["r"])
-                found: list[tuple[str, int, str, str, bool]] = []
+                hit_asks = asks_question(row["tail"] or "")
+                found: list[StoredNeighbour] = []
                 for op, order, sign in (("<", "DESC", -1), (">", "ASC", 1)):
                     rows = self._conn.execute(
                         "SELECT id, created_at, t_invalid IS NULL AS current FROM memories "
@@ -484,6 +493,7 @@ class MetadataStore:
                                 near["created_at"],
                                 own[0],
                                 bool(near["current"]),
+                                hit_asks,
                             )
                         )
                 out[memory_id] = found
