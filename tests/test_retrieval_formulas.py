@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -303,6 +304,9 @@ def test_a_neighbour_about_something_else_gets_no_credit() -> None:
         ("version 2.0", False),
         ("", False),
         ("???", True),
+        ("Why?\n\n\t", True),
+        ("   ", False),
+        ("\u4f60\u597d\u5417\uff1f", True),  # full-width question mark
     ],
 )
 def test_a_memory_asks_when_its_text_ends_with_a_question(text: str, asks: bool) -> None:
@@ -348,6 +352,18 @@ def test_the_answer_to_a_question_gets_its_credit_whatever_its_cosine() -> None:
     assert "answer" not in rule_off.relevance
     ungated = context_credit({"hit": 0.8}, near(True), off, may_join=True)
     assert ungated.relevance["answer"] == pytest.approx(0.5 * 0.8)  # ordinary distance-1 credit
+    # An answer that is superseded, or stored past the gap, gets nothing; a filtered recall
+    # (may_join False) credits an answer only when it is a candidate already.
+    later = "2026-01-01T12:00:01+00:00"
+    gone = {"hit": [("old", 1, t, t, False, True)], "hit2": [("late", 1, later, t, True, True)]}
+    none = context_credit({"hit": 0.8, "hit2": 0.8}, gone, cfg, may_join=True, similarity=low)
+    assert set(none.relevance) == {"hit", "hit2"}
+    filtered = context_credit({"hit": 0.8}, near(True), cfg, may_join=False, similarity=low)
+    assert set(filtered.relevance) == {"hit"}
+    found = context_credit(
+        {"hit": 0.8, "answer": 0.2}, near(True), cfg, may_join=False, similarity=low
+    )
+    assert found.relevance["answer"] == pytest.approx(1 - 0.8 * (1 - 0.9 * 0.8))
 
 
 def test_the_floor_judges_a_candidates_floor_basis_where_it_has_one() -> None:
@@ -391,3 +407,52 @@ def test_the_floor_judges_a_candidates_floor_basis_where_it_has_one() -> None:
         min_score=0.1,
     )
     assert [c.memory_id for c in ordered] == ["b"]
+
+
+def test_stored_neighbours_say_whether_their_hit_asks(tmp_path: Path) -> None:
+    """The flag the answer rule reads, from real SQLite: a question with trailing newlines and
+    emoji asks, a statement or a fact (no content) does not, a lone memory has no rows."""
+    from datetime import UTC, datetime, timedelta
+
+    from ferrex.core.memory import Memory, MemoryType
+    from ferrex.store.sqlite import MetadataStore
+
+    meta = MetadataStore(tmp_path / "n.db")
+    start = datetime(2026, 1, 1, 10, tzinfo=UTC)
+    texts = ["What breed is she? 🐶🐶\n\n", "A beagle.", None, "Lunch at noon."]
+    for n, text in enumerate(texts):
+        at = start + timedelta(minutes=n)
+        kind = MemoryType.SEMANTIC if text is None else MemoryType.EPISODIC
+        fact = (
+            {"subject": "Biscuit", "predicate": "is", "object": "a beagle"} if text is None else {}
+        )
+        meta.insert_memory(
+            Memory(
+                id=f"m{n}",
+                namespace="ns",
+                type=kind,
+                created_at=at,
+                updated_at=at,
+                event_time=at,
+                content=text,
+                **fact,
+            )
+        )
+    at = start
+    meta.insert_memory(
+        Memory(
+            id="alone",
+            namespace="other",
+            type=MemoryType.EPISODIC,
+            created_at=at,
+            updated_at=at,
+            event_time=at,
+            content="Anyone there?",
+        )
+    )
+    near = meta.stored_neighbours("ns", ["m0", "m1", "m2"], 1)
+    assert [row[:2] for row in near["m0"]] == [("m1", 1)]
+    assert all(row[5] for row in near["m0"])
+    assert not any(row[5] for row in near["m1"]) and not any(row[5] for row in near["m2"])
+    assert meta.stored_neighbours("other", ["alone"], 2) == {"alone": []}
+    meta.close()

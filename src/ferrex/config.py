@@ -188,7 +188,8 @@ class NeighbourConfig(_Section):
     # it and the hit at least this (-1: any neighbour, no lookup).
     min_similarity: float = Field(default=0.35, ge=-1, le=1)
     # The memory stored right after a hit that asks a question (its answer) gets this credit,
-    # whatever its cosine with the question (0: it is an ordinary neighbour).
+    # whatever its cosine with the question (0: it is an ordinary neighbour; weight 0 turns
+    # every neighbour's credit off, answers' too).
     answer_weight: float = Field(default=0.9, ge=0, le=1)
 
 

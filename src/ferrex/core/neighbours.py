@@ -44,13 +44,21 @@ def gap_seconds(a: str, b: str) -> float:
 Neighbours = Mapping[str, Sequence[StoredNeighbour]]
 
 
+QUESTION_MARKS = ("?", "\uff1f", "\u061f")  # ASCII, full-width (CJK), Arabic
+
+
+def hit_asks(near: Sequence[StoredNeighbour]) -> bool:
+    """Whether the hit these neighbours were found for asks (each row carries it)."""
+    return bool(near) and near[0][5]
+
+
 def asks_question(text: str) -> bool:
     """Whether a text ends with a question: a "?" among its trailing punctuation, quotes,
     emoji and spaces ("...about? 😊", "Really?!" ask; "Fine." does not)."""
     end = len(text)
     while end > 0 and not text[end - 1].isalnum():
         end -= 1
-    return "?" in text[end:]
+    return any(mark in text[end:] for mark in QUESTION_MARKS)
 
 
 def is_answer(offset: int, hit_asks: bool, config: NeighbourConfig) -> bool:
@@ -92,8 +100,9 @@ def context_credit(
     """New relevance of every candidate (and joined neighbour) after context credit.
 
     ``neighbours`` maps a hit to its stored neighbours as (id, offset, created_at, the hit's
-    created_at, current) — ``MetadataStore.stored_neighbours``. Only current memories receive
-    credit; ``may_join`` False (a filtered recall) lets credit reach existing candidates only.
+    created_at, current, whether the hit asks) — ``ports.StoredNeighbour``. Only current
+    memories receive credit; ``may_join`` False (a filtered recall) lets credit reach existing
+    candidates only.
     With ``similarity`` (the dense cosine of (hit, neighbour) pairs), a pair under
     ``config.min_similarity`` or without one passes no credit: a memory stored next to another
     about something else is not its context. The answer to a hit that asks (``is_answer``) gets
@@ -102,7 +111,7 @@ def context_credit(
     keep: dict[str, float] = {}  # memory -> product of (1 - credit)
     via: dict[str, tuple[float, str]] = {}
     cap: dict[str, float] = {}  # memory -> the most relevant hit it is context of
-    asks = {hit: bool(near) and near[0][5] for hit, near in neighbours.items()}
+    asks = {hit: hit_asks(near) for hit, near in neighbours.items()}
     for hit, other, offset in context_pairs(relevance, neighbours, config, may_join=may_join):
         if is_answer(offset, asks[hit], config):
             credit = config.answer_weight * relevance[hit]

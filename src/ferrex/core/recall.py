@@ -20,7 +20,7 @@ from ferrex.core.ids import point_id
 from ferrex.core.indexing import sparse_text
 from ferrex.core.late_interaction import ContentWords, mean_maxsim, query_tokens
 from ferrex.core.memory import Memory, MemoryType
-from ferrex.core.neighbours import context_credit, context_pairs, is_answer
+from ferrex.core.neighbours import context_credit, context_pairs, hit_asks, is_answer
 from ferrex.core.ports import (
     IndexFilter,
     IndexHit,
@@ -608,7 +608,7 @@ class Recall:
             # An answer passes without one (core/neighbours.py ``is_answer``).
             others: dict[str, list[str]] = {}
             for hit, other, offset in context_pairs(relevance, near, cfg, may_join=may_join):
-                if not is_answer(offset, near[hit][0][5], cfg):
+                if not is_answer(offset, hit_asks(near[hit]), cfg):
                     others.setdefault(hit, []).append(other)
             similarity = self.index.dense_similarities(others, flt.model or self.embedder.info.pin)
         credit = context_credit(relevance, near, cfg, may_join=may_join, similarity=similarity)

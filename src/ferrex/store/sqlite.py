@@ -469,7 +469,8 @@ class MetadataStore:
         with self._lock:
             for memory_id in memory_ids:
                 row = self._conn.execute(
-                    "SELECT created_at, rowid AS r, substr(rtrim(content), -16) AS tail "
+                    "SELECT created_at, rowid AS r, "
+                    "substr(rtrim(content, ' ' || char(9, 10, 13)), -64) AS tail "
                     "FROM memories WHERE id = ? AND namespace = ?",
                     (memory_id, namespace),
                 ).fetchone()
