@@ -300,7 +300,12 @@ def test_a_neighbour_about_something_else_gets_no_credit() -> None:
         ('She said "really?"', True),
         ("Really?!", True),
         ("Fine.", False),
-        ("Is it? Yes, it is.", False),  # a question inside, not at the end
+        ("Is it? Yes, it is.", True),  # a question among its last sentences
+        ("What breed is it? I love dogs!", True),
+        # its only question is more than 64 characters from the end
+        ("Is it new? It has been on the shelf for a long while, since the spring sale.", False),
+        ("See https://example.com/search?q=dogs", False),  # inside an address
+        ("What is 2?3", False),
         ("version 2.0", False),
         ("", False),
         ("???", True),
@@ -309,7 +314,9 @@ def test_a_neighbour_about_something_else_gets_no_credit() -> None:
         ("\u4f60\u597d\u5417\uff1f", True),  # full-width question mark
     ],
 )
-def test_a_memory_asks_when_its_text_ends_with_a_question(text: str, asks: bool) -> None:
+def test_a_memory_asks_when_a_question_ends_one_of_its_last_sentences(
+    text: str, asks: bool
+) -> None:
     from ferrex.core.neighbours import asks_question
 
     assert asks_question(text) is asks

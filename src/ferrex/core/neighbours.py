@@ -11,11 +11,12 @@ within ``gap_seconds`` of it, so a conversation a week later is not context):
     relevance' = max(relevance, min(relevance', the most relevant hit giving credit))
 
 A neighbour passes credit only when it is about the same thing as the hit (their dense cosine
-at least ``min_similarity``), with one exception: a hit that asks a question (its text ends
-with "?") passes the memory stored right after it, its answer, ``answer_weight x relevance(hit)``
-whatever their cosine. An answer rarely shares its question's words ("Who's your favourite
-player?" / "LeBron, for sure"), and in dialog the turn after a question is its most likely
-context (LoCoMo dev: 19% of a top-5 question's next turns are evidence, 3% of a statement's).
+at least ``min_similarity``), with one exception: a hit that asks a question (a "?" ends one of
+the sentences of its last 64 characters) passes the memory stored right after it, its answer,
+``answer_weight x relevance(hit)`` whatever their cosine. An answer rarely shares its
+question's words ("Who's your favourite player?" / "LeBron, for sure"), and in dialog the turn
+after a question is its most likely context (LoCoMo dev: 19% of a top-5 question's next turns
+are evidence, 3% of a statement's).
 
 A neighbour that was not a candidate joins the list with the credit alone, and is marked
 ``included_as: "neighbour"`` (``neighbour_of`` names the hit). Measured in docs/recall.md.
@@ -23,6 +24,7 @@ A neighbour that was not a candidate joins the list with the credit alone, and i
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -44,7 +46,14 @@ def gap_seconds(a: str, b: str) -> float:
 Neighbours = Mapping[str, Sequence[StoredNeighbour]]
 
 
-QUESTION_MARKS = ("?", "\uff1f", "\u061f")  # ASCII, full-width (CJK), Arabic
+QUESTION_MARKS = "?\uff1f\u061f"  # ASCII, full-width (CJK), Arabic
+# A question mark not followed by a letter or digit ends a question sentence.
+_QUESTION = re.compile(f"[{QUESTION_MARKS}](?!\\w)")
+# How far from its end a text's question still makes it ask (LoCoMo dev: the turn after one
+# that ends with a question is evidence for some question 51% of the time, after one with a
+# question inside 40%, after the others 12%; counting a question within the last 64
+# characters took recall@10 0.769 -> 0.773, anywhere in the turn only to 0.770).
+ASK_TAIL = 64
 
 
 def hit_asks(near: Sequence[StoredNeighbour]) -> bool:
@@ -53,12 +62,12 @@ def hit_asks(near: Sequence[StoredNeighbour]) -> bool:
 
 
 def asks_question(text: str) -> bool:
-    """Whether a text ends with a question: a "?" among its trailing punctuation, quotes,
-    emoji and spaces ("...about? 😊", "Really?!" ask; "Fine." does not)."""
-    end = len(text)
-    while end > 0 and not text[end - 1].isalnum():
-        end -= 1
-    return any(mark in text[end:] for mark in QUESTION_MARKS)
+    """Whether a text asks a question near its end: a question mark that ends a sentence
+    (followed by a space, closing quotes or marks, emoji, or the end; not one inside a word or
+    an address) within its last ``ASK_TAIL`` characters. "What breed? I love dogs!" and
+    "...about? 😊" ask; "Fine." and "see /search?q=dogs" do not, nor a long text whose only
+    question is near its start."""
+    return bool(_QUESTION.search(text.rstrip()[-ASK_TAIL:]))
 
 
 def is_answer(offset: int, hit_asks: bool, config: NeighbourConfig) -> bool:

@@ -19,7 +19,7 @@ import numpy as np
 
 from ferrex.core.clock import from_iso, to_iso
 from ferrex.core.memory import Memory, MemoryType
-from ferrex.core.neighbours import asks_question
+from ferrex.core.neighbours import ASK_TAIL, asks_question
 from ferrex.core.ports import (
     EntityRow,
     JournalEntry,
@@ -470,7 +470,7 @@ class MetadataStore:
             for memory_id in memory_ids:
                 row = self._conn.execute(
                     "SELECT created_at, rowid AS r, "
-                    "substr(rtrim(content, ' ' || char(9, 10, 13)), -64) AS tail "
+                    f"substr(rtrim(content, ' ' || char(9, 10, 13)), -{ASK_TAIL}) AS tail "
                     "FROM memories WHERE id = ? AND namespace = ?",
                     (memory_id, namespace),
                 ).fetchone()
