@@ -49,14 +49,9 @@ Neighbours = Mapping[str, Sequence[StoredNeighbour]]
 QUESTION_MARKS = "?\uff1f\u061f"  # ASCII, full-width (CJK), Arabic
 # A question mark not followed by a letter or digit ends a question sentence.
 _QUESTION = re.compile(f"[{QUESTION_MARKS}](?!\\w)")
-# How far from its end a text's question still makes it ask (LoCoMo dev: the turn after one
-# that ends with a question is evidence for some question 51% of the time, after one with a
-# question inside 40%, after the others 12%. Counting a question that ends one of the
-# sentences of the last N characters, recall@10: N = 1 (the text ends with it) 0.769, 32 / 40
-# 0.771, 48 0.770, 56 0.772, 64 0.773, the whole turn 0.770 (within a few questions of each
-# other). Past 40 a SciFact abstract cut inside its closing question ("...COX-2? What is the
-# likely efficacy of low-dose") asks, and nDCG@10 drops 0.73769 -> 0.73764; no adopted rule
-# may lower SciFact, so 40.)
+# How far from its end a text's question still makes it ask: 40 characters, the most that
+# keeps SciFact unchanged (the sweep over the distance: docs/recall.md, under the answer
+# rule's table).
 ASK_TAIL = 40
 
 
