@@ -74,8 +74,10 @@ class EdgeIndex:
         # A point id derives from its memory id and chunk (core/ids.py) and a memory keeps its
         # type, so an entry is never wrong for a point that exists; writes drop theirs anyway.
         # A search over known point ids then asks for no payload, which costs the engine ~5 us
-        # a point (a recall's evidence batch returns ~100 of them).
-        self._known: dict[str, tuple[str, int, str]] = {}
+        # a point (a recall's evidence batch returns ~100 of them). Keyed by the id object the
+        # engine returns (a ``uuid.UUID``), which hashes ~7x faster than it turns into the
+        # string ``IndexHit`` carries (held in the entry).
+        self._known: dict[Any, tuple[str, str, int, str]] = {}
         _recover_swap(path)
         if (path / _CONFIG).exists() or _has_segments(path):
             self._shard = self._load(path)
@@ -157,7 +159,7 @@ class EdgeIndex:
 
     def _vectors(self, point: IndexPoint) -> dict[str, Any]:
         vectors: dict[str, Any] = {
-            DENSE: [float(x) for x in point.dense],
+            DENSE: _floats(point.dense),
             SPARSE: q.SparseVector(list(point.sparse.indices), list(point.sparse.values)),
         }
         if self._late:
@@ -178,7 +180,7 @@ class EdgeIndex:
         flt = q.Filter(must=[q.FieldCondition("memory_id", match=q.MatchAny(list(memory_ids)))])
         gone = set(memory_ids)
         with self._lock:
-            self._forget_known([pid for pid, known in self._known.items() if known[0] in gone])
+            self._forget_known([known[0] for known in self._known.values() if known[1] in gone])
         self._apply(q.UpdateOperation.delete_points_by_filter(flt))
 
     def delete_points(self, point_ids: Sequence[str]) -> None:
@@ -190,34 +192,38 @@ class EdgeIndex:
     def _forget_known(self, point_ids: Sequence[str]) -> None:
         with self._lock:
             for pid in point_ids:
-                self._known.pop(pid, None)
+                self._known.pop(_engine_id(pid), None)
 
     def _hits(self, points: Sequence[q.ScoredPoint]) -> list[IndexHit]:
         """Hits of engine points found without their payload: what each point is comes from
         ``_known``, or from one retrieve of the points it does not hold yet. (Under the lock
         since the query: a point found exists when retrieved.)"""
-        pids = [str(point.id) for point in points]
         known = self._known
-        fetched: dict[str, tuple[str, int, str]] = {}
-        unknown: list[int | uuid.UUID | str] = [pid for pid in pids if pid not in known]
+        unknown = [point.id for point in points if point.id not in known]
+        fetched: dict[Any, tuple[str, str, int, str]] = {}
         if unknown:
             for record in self.shard.retrieve(
                 unknown, with_payload=_RETURNED_FIELDS, with_vector=False
             ):
                 payload = record.payload or {}
-                fetched[str(record.id)] = (
+                fetched[record.id] = (
+                    str(record.id),
                     str(payload.get("memory_id", "")),
                     int(payload.get("chunk", 0) or 0),
                     _TYPES.get(str(payload.get("type", "")), ""),
                 )
         hits = []
-        for pid, point in zip(pids, points, strict=True):
-            memory_id, chunk, memory_type = known.get(pid) or fetched.get(pid) or ("", 0, "")
+        for point in points:
+            entry = known.get(point.id) or fetched.get(point.id)
+            if entry is None:  # gone between the query and the retrieve (never under the lock)
+                hits.append(IndexHit(str(point.id), "", float(point.score)))
+                continue
+            pid, memory_id, chunk, memory_type = entry
             hits.append(IndexHit(pid, memory_id, float(point.score), chunk, memory_type))
         if fetched:
             if len(known) + len(fetched) > _KNOWN_POINTS:
-                for pid in list(islice(known, len(known) // 2 + 1)):
-                    del known[pid]  # the older half
+                for key in list(islice(known, len(known) // 2 + 1)):
+                    del known[key]  # the older half
             known.update(fetched)
         return sorted(hits, key=hit_order)
 
@@ -246,7 +252,7 @@ class EdgeIndex:
         without the channel or query tokens)."""
         if self._shard is None or not searches:
             return [[] for _ in searches]
-        vector = [float(x) for x in dense] if any(c == "dense" for c, _, _ in searches) else []
+        vector = _floats(dense) if any(c == "dense" for c, _, _ in searches) else []
         late = self._late and tokens is not None and len(tokens) > 0
         with self._lock:  # what _known holds when the requests are made, until they return
             return self._search_batch(vector, sparse, searches, hnsw_ef, tokens, late)
@@ -305,7 +311,7 @@ class EdgeIndex:
             return []
         request = q.QueryRequest(
             limit=limit,
-            query=q.Query.Nearest([float(x) for x in dense], using=DENSE),
+            query=q.Query.Nearest(_floats(dense), using=DENSE),
             filter=_filter(flt),
             params=q.SearchParams(hnsw_ef=hnsw_ef),
             with_payload=False,
@@ -321,7 +327,7 @@ class EdgeIndex:
         requests = [
             q.QueryRequest(
                 limit=limit,
-                query=q.Query.Nearest([float(x) for x in dense], using=DENSE),
+                query=q.Query.Nearest(_floats(dense), using=DENSE),
                 filter=_filter(flt),
                 params=q.SearchParams(hnsw_ef=hnsw_ef),
                 with_payload=False,
@@ -675,6 +681,20 @@ def _has_channel(path: Path, name: str) -> bool:
 
 def _has_segments(path: Path) -> bool:
     return path.exists() and any(path.iterdir())
+
+
+def _floats(vector: Vector) -> list[float]:
+    """A vector as the engine takes it: the same floats as ``[float(x) for x in vector]``
+    (float32 widens exactly), ~3x faster."""
+    return np.asarray(vector, dtype=np.float64).tolist()  # type: ignore[no-any-return]
+
+
+def _engine_id(point_id: str) -> Any:
+    """A point id as the engine returns it in results (``_known``'s key)."""
+    try:
+        return uuid.UUID(point_id)
+    except ValueError:
+        return point_id
 
 
 def _sparse(vec: SparseVec) -> q.SparseVector:
