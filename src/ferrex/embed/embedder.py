@@ -26,6 +26,7 @@ from ferrex.embed.models import (
     quiet_fastembed,
     tier_for_model,
 )
+from ferrex.embed.threads import limit_blas_threads
 
 log = structlog.get_logger("ferrex.embed")
 
@@ -105,6 +106,8 @@ class FastEmbedEmbedder:
 
     def _load_locked(self) -> None:
         from fastembed import TextEmbedding
+
+        limit_blas_threads()
 
         self.models_dir.mkdir(parents=True, exist_ok=True)
         cache = str(self.models_dir)

@@ -18,6 +18,7 @@ from typing import Any
 import structlog
 
 from ferrex.embed.models import RERANKER_TIERS, download, hub_reachable, quiet_fastembed
+from ferrex.embed.threads import limit_blas_threads
 
 log = structlog.get_logger("ferrex.rerank")
 
@@ -81,6 +82,7 @@ class FastEmbedReranker:
             if self._attempted:
                 return
             self._attempted = True
+            limit_blas_threads()
             try:
                 self._model = self._load_local()
                 if self._model is not None:
