@@ -5,6 +5,7 @@ with a store rewritten in place, and with the table too small for one answer."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -75,8 +76,13 @@ def test_answers_do_not_depend_on_what_the_index_has_learned(
 
     # A forgotten memory's points leave the table, and it is not found again.
     webhook = cold[0][0][0]
+    assert any(known[1] == webhook for known in index._known.values())  # it was known
     invoke(service, "forget", {"ids": [webhook]})
-    assert all(known[0] != webhook for known in index._known.values())
+    # Keyed by the id object the engine returns (a UUID), the point id string beside it.
+    assert all(
+        isinstance(key, uuid.UUID) and str(key) == known[0] for key, known in index._known.items()
+    )
+    assert all(known[1] != webhook for known in index._known.values())
     after = answers(service)
     assert webhook not in {mid for page in after for mid, _, _ in page}
     assert after[2][0][0] == procedure  # (scores move: the store holds one memory fewer)

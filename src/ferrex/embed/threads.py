@@ -7,8 +7,9 @@ machine each pool's spinning threads took the other's cores: a store's small mat
 products are small (a memory's tokens, a recall's candidates), so one BLAS thread loses nothing
 and a store is about twice as fast (docs/performance.md, "BLAS threads").
 
-A limit the user set (``OPENBLAS_NUM_THREADS``, ``MKL_NUM_THREADS``, ``OMP_NUM_THREADS``) is
-left as it is.
+A limit the user set (``OPENBLAS_NUM_THREADS``, ``MKL_NUM_THREADS``, ``OMP_NUM_THREADS``,
+``BLIS_NUM_THREADS``) is left as it is; a library that cannot be limited is logged and left too
+(the model loads either way).
 """
 
 from __future__ import annotations
@@ -36,9 +37,14 @@ def limit_blas_threads() -> bool:
         if any(os.environ.get(name) for name in USER_LIMITS):
             return False
         import numpy  # noqa: F401  (its BLAS must be loaded to be limited)
-        from threadpoolctl import threadpool_limits
 
-        threadpool_limits(limits=1, user_api="blas")
+        try:
+            from threadpoolctl import threadpool_limits
+
+            threadpool_limits(limits=1, user_api="blas")
+        except Exception as exc:  # a speed setting: never a reason not to load the model
+            log.warning("BLAS threads not limited", error=str(exc)[:200])
+            return False
         _done = True
         log.debug("BLAS limited to one thread")
         return True
