@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ferrex.core.clock import to_iso
 from ferrex.core.date_terms import document_terms
 from ferrex.core.memory import Memory, MemoryType
@@ -15,6 +17,13 @@ from ferrex.core.memory import Memory, MemoryType
 KEYWORD_FIELDS: tuple[str, ...] = ("memory_id", "namespace", "type", "entities", "model")
 DATETIME_FIELDS: tuple[str, ...] = ("time", "t_valid", "t_invalid", "created_at")
 INTEGER_FIELDS: tuple[str, ...] = ("chunk", "step_index")
+
+
+def vector_floats(vector: Any) -> list[float]:
+    """A dense vector as an engine client takes it: the same floats as ``[float(x) for x in
+    vector]`` (float32 widens exactly), ~3x faster."""
+    floats: list[float] = np.asarray(vector, dtype=np.float64).tolist()
+    return floats
 
 
 def memory_time(memory: Memory) -> Any:

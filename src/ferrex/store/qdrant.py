@@ -16,7 +16,12 @@ import numpy as np
 from qdrant_client import QdrantClient, models
 
 from ferrex.core.ids import point_id
-from ferrex.core.indexing import DATETIME_FIELDS, INTEGER_FIELDS, KEYWORD_FIELDS
+from ferrex.core.indexing import (
+    DATETIME_FIELDS,
+    INTEGER_FIELDS,
+    KEYWORD_FIELDS,
+    vector_floats,
+)
 from ferrex.core.ports import IndexFilter, IndexHit, IndexPoint, IndexStats, SparseVec, Vector
 from ferrex.core.retrieval import hit_order
 
@@ -125,7 +130,7 @@ class QdrantIndex:
             models.PointStruct(
                 id=p.point_id,
                 vector={
-                    DENSE: [float(x) for x in p.dense],
+                    DENSE: vector_floats(p.dense),
                     SPARSE: models.SparseVector(
                         indices=list(p.sparse.indices), values=list(p.sparse.values)
                     ),
@@ -192,7 +197,7 @@ class QdrantIndex:
         if len(asked) < len(searches):
             found = iter(self.search_batch(dense, sparse, asked, hnsw_ef) if asked else [])
             return [[] if s[0] == "tokens" else next(found) for s in searches]
-        vector = [float(x) for x in dense] if any(c == "dense" for c, _, _ in searches) else []
+        vector = vector_floats(dense) if any(c == "dense" for c, _, _ in searches) else []
         requests = []
         for channel, flt, limit in searches:
             if channel == "dense":
@@ -260,7 +265,7 @@ class QdrantIndex:
             return []
         return _hits(
             self._query(
-                query=[float(x) for x in dense],
+                query=vector_floats(dense),
                 using=DENSE,
                 query_filter=_filter(flt),
                 limit=limit,
@@ -275,7 +280,7 @@ class QdrantIndex:
             return [[] for _ in searches]
         requests = [
             models.QueryRequest(
-                query=[float(x) for x in dense],
+                query=vector_floats(dense),
                 using=DENSE,
                 limit=limit,
                 filter=_filter(flt),
