@@ -204,9 +204,11 @@ class EdgeIndex:
     def _hits(self, points: Sequence[q.ScoredPoint]) -> list[IndexHit]:
         """Hits of engine points found without their payload: what each point is comes from
         ``_known``, or from one retrieve of the points it does not hold yet. (Under the lock
-        since the query: a point found exists when retrieved.)"""
+        since the query: a point found exists when retrieved.) Each point's ``id`` is read
+        once: the engine builds a new ``uuid.UUID`` at every read (0.65 us)."""
         known = self._known
-        unknown = [point.id for point in points if point.id not in known]
+        found = [(point.id, point.score) for point in points]
+        unknown = [engine_id for engine_id, _ in found if engine_id not in known]
         fetched: dict[_EngineId, tuple[str, str, int, str]] = {}
         if unknown:
             for record in self.shard.retrieve(
@@ -220,19 +222,20 @@ class EdgeIndex:
                     _TYPES.get(str(payload.get("type", "")), ""),
                 )
         hits = []
-        for point in points:
-            entry = known.get(point.id) or fetched.get(point.id)
+        for engine_id, score in found:
+            entry = known.get(engine_id) or fetched.get(engine_id)
             if entry is None:  # gone between the query and the retrieve (never under the lock)
-                hits.append(IndexHit(str(point.id), "", float(point.score)))
+                hits.append(IndexHit(str(engine_id), "", float(score)))
                 continue
             pid, memory_id, chunk, memory_type = entry
-            hits.append(IndexHit(pid, memory_id, float(point.score), chunk, memory_type))
+            hits.append(IndexHit(pid, memory_id, float(score), chunk, memory_type))
         if fetched:
             if len(known) + len(fetched) > _KNOWN_POINTS:
                 for key in list(islice(known, len(known) // 2 + 1)):
                     del known[key]  # the older half
             known.update(fetched)
-        return sorted(hits, key=hit_order)
+        hits.sort(key=hit_order)
+        return hits
 
     def set_payload(self, memory_id: str, payload: dict[str, Any]) -> None:
         flt = q.Filter(must=[q.FieldCondition("memory_id", match=q.MatchValue(memory_id))])
