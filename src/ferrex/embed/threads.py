@@ -27,15 +27,17 @@ _lock = threading.Lock()
 _done = False
 
 
-def limit_blas_threads() -> bool:
-    """Limit the BLAS libraries loaded in this process (NumPy's) to one thread, once; False
-    when a user's environment variable sets the limit instead."""
+def limit_blas_threads() -> None:
+    """Limit the BLAS libraries loaded in this process (NumPy's) to one thread. Decided once
+    per process: a user's environment variable, or a library that cannot be limited, leaves
+    BLAS as it is."""
     global _done
     with _lock:
         if _done:
-            return True
+            return
+        _done = True
         if any(os.environ.get(name) for name in USER_LIMITS):
-            return False
+            return
         import numpy  # noqa: F401  (its BLAS must be loaded to be limited)
 
         try:
@@ -44,7 +46,5 @@ def limit_blas_threads() -> bool:
             threadpool_limits(limits=1, user_api="blas")
         except Exception as exc:  # a speed setting: never a reason not to load the model
             log.warning("BLAS threads not limited", error=str(exc)[:200])
-            return False
-        _done = True
+            return
         log.debug("BLAS limited to one thread")
-        return True
