@@ -39,7 +39,13 @@ from ferrex.embed.models import prepare_bundled_model  # noqa: E402
 from ferrex.logs import configure  # noqa: E402
 from ferrex.server.calls import run_tool  # noqa: E402
 from latency import ferrex_params, minimal_params, ratio, summary  # noqa: E402
-from stores import cache_root, cached_store, copy_store, open_service  # noqa: E402
+from stores import (  # noqa: E402
+    cache_root,
+    cached_store,
+    copy_store,
+    open_service,
+    setting_env,
+)
 
 PEER = "mcp-server-qdrant==0.8.*"
 COLLECTION = "bench"
@@ -112,12 +118,13 @@ async def side_by_side(
     tier: str,
     embed: Any,
     in_process: Any,
+    settings: dict[str, str],
 ) -> dict[str, Any]:
     names = ("ferrex", "peer", "sdk", "embed_query", "ferrex_in_process")
     samples: dict[str, list[float]] = {k: [] for k in names}
     sizes: dict[str, list[int]] = {"ferrex": [], "peer": []}
     async with (
-        Client(ferrex_params(ferrex_data, tier), mode="legacy") as ferrex,
+        Client(ferrex_params(ferrex_data, tier, settings), mode="legacy") as ferrex,
         Client(peer, mode="legacy") as other,
         Client(minimal_params(), mode="legacy") as minimal,
     ):
@@ -159,7 +166,16 @@ def main() -> int:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--model-tier", default="small")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a ferrex setting for the served ferrex and its in-process copy, e.g. "
+        "retrieval.neighbours.weight=0 (repeatable)",
+    )
     args = parser.parse_args()
+    settings = setting_env(args.set)
     configure("error")
     venv = peer_venv()
     cached = cached_store(args.size, args.seed, args.model_tier)
@@ -176,7 +192,7 @@ def main() -> int:
         ferrex_data = copy_store(cached, work / "ferrex")
         shutil.copytree(peer_data / "qdrant", work / "peer")
         embedder_dir = copy_store(cached, work / "embedder")
-        service = open_service(embedder_dir, args.model_tier)  # the query-embedding floor
+        service = open_service(embedder_dir, args.model_tier, args.set)
         service.cache.enabled = False  # as the MCP server in this run (latency.ferrex_params)
 
         def in_process(text: str) -> None:
@@ -194,13 +210,15 @@ def main() -> int:
                     args.model_tier,
                     service.embedder.embed_query,
                     in_process,
+                    settings,
                 )
             )
         finally:
             service.close()
     floor = result["embed_query"]["p50"] + result["sdk"]["p50"]
     print(
-        f"{args.size:,} memories, {args.queries} queries, interleaved (p50 / p95 ms):\n\n"
+        f"{args.size:,} memories, {args.queries} queries, interleaved (p50 / p95 ms)"
+        f"{', ferrex with ' + ' '.join(args.set) if args.set else ''}:\n\n"
         "| server | find / recall p50 / p95 | ÷ (embed + SDK trip) | answer chars p50 |\n"
         "|---|---|---|---|"
     )
@@ -219,6 +237,7 @@ def main() -> int:
     out = BENCH / "results"
     out.mkdir(exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    result["settings"] = args.set
     (out / f"peer-{stamp}.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
     return 0
 

@@ -33,8 +33,12 @@ from corpus import queries  # noqa: E402
 from ferrex.logs import configure  # noqa: E402
 from ferrex.server.calls import run_tool  # noqa: E402
 from late_cost import quantile  # noqa: E402
-from retrieval import settings_overrides  # noqa: E402
-from stores import cached_store, copy_store, open_service  # noqa: E402
+from stores import (  # noqa: E402
+    cached_store,
+    copy_store,
+    open_service,
+    settings_overrides,
+)
 from sweep import apply  # noqa: E402  (a variant's overrides on the live settings)
 
 

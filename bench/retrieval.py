@@ -42,6 +42,7 @@ from typing import Any, NamedTuple
 
 from ferrex.server.calls import run_tool as invoke
 from ferrex.server.calls import store_many
+from stores import settings_overrides
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_LOCOMO = REPO.parent / "shared" / "eval" / "locomo-dev" / "locomo-dev.json"
@@ -280,18 +281,6 @@ class EmbeddingCache:
         self.directory.mkdir(parents=True, exist_ok=True)
         np.savez(self._file(), **self.vectors)  # type: ignore[arg-type]
         self.dirty = False
-
-
-def settings_overrides(pairs: Sequence[str]) -> list[tuple[str, Any]]:
-    out = []
-    for pair in pairs:
-        key, _, raw = pair.partition("=")
-        try:
-            value: Any = json.loads(raw)
-        except ValueError:
-            value = raw
-        out.append((key.strip(), value))
-    return out
 
 
 def set_mode(service: Any, mode: str, rerank_top_n: int = 20) -> None:

@@ -16,7 +16,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -48,8 +48,30 @@ def settings_cli(data_dir: Path, tier: str) -> dict[str, Any]:
     }
 
 
-def open_service(data_dir: Path, tier: str) -> MemoryService:
-    settings, _ = load_settings(cli=settings_cli(data_dir, tier), environ={})
+def settings_overrides(pairs: Sequence[str]) -> list[tuple[str, Any]]:
+    """``KEY=VALUE`` pairs (``--set`` of the bench scripts) as (dotted key, JSON or text value)."""
+    out = []
+    for pair in pairs:
+        key, _, raw = pair.partition("=")
+        try:
+            value: Any = json.loads(raw)
+        except ValueError:
+            value = raw
+        out.append((key.strip(), value))
+    return out
+
+
+def setting_env(pairs: Sequence[str]) -> dict[str, str]:
+    """The same pairs as the environment of a served ferrex (``FERREX_SECTION__KEY``)."""
+    return {
+        "FERREX_" + key.upper().replace(".", "__"): str(raw).strip()
+        for key, _, raw in (pair.partition("=") for pair in pairs)
+    }
+
+
+def open_service(data_dir: Path, tier: str, overrides: Sequence[str] = ()) -> MemoryService:
+    cli = {**settings_cli(data_dir, tier), **dict(settings_overrides(overrides))}
+    settings, _ = load_settings(cli=cli, environ={})
     service = build_service(settings, Options(explicit_model_tier=True))
     service.ensure_ready()
     return service

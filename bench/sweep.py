@@ -36,6 +36,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "src"))
 
 import retrieval as rb  # noqa: E402  (bench/retrieval.py)
+from stores import settings_overrides  # noqa: E402
 
 FLOORS = [0.0, 0.02, 0.05, 0.08, 0.1, 0.12, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5]
 
@@ -59,7 +60,7 @@ def apply(service: Any, base: Any, overrides: Sequence[tuple[str, Any]]) -> None
 def parse_variant(text: str) -> tuple[str, list[tuple[str, Any]]]:
     name, _, rest = text.partition(":")
     pairs = [p for p in _split(rest) if p.strip()]
-    return name.strip(), rb.settings_overrides(pairs)
+    return name.strip(), settings_overrides(pairs)
 
 
 def _split(text: str) -> list[str]:
