@@ -26,7 +26,7 @@ from ferrex.embed.models import (
     quiet_fastembed,
     tier_for_model,
 )
-from ferrex.embed.threads import limit_blas_threads
+from ferrex.embed.threads import limit_blas_threads, stop_spinning_between_runs
 
 log = structlog.get_logger("ferrex.embed")
 
@@ -215,6 +215,7 @@ class FastEmbedEmbedder:
         self._finish(model, tier, source="bundled", variant=BUNDLED_VARIANT)
 
     def _finish(self, model: Any, tier: EmbeddingTier, *, source: str, variant: str = "") -> None:
+        stop_spinning_between_runs(model.model)  # fastembed's model, its ONNX session inside
         # Exercise the model once so any load error surfaces here, not mid-request.
         probe = next(iter(model.embed(["ferrex"])))
         dimension = len(probe)

@@ -18,7 +18,7 @@ from typing import Any
 import structlog
 
 from ferrex.embed.models import RERANKER_TIERS, download, hub_reachable, quiet_fastembed
-from ferrex.embed.threads import limit_blas_threads
+from ferrex.embed.threads import limit_blas_threads, stop_spinning_between_runs
 
 log = structlog.get_logger("ferrex.rerank")
 
@@ -123,15 +123,17 @@ class FastEmbedReranker:
         self.models_dir.mkdir(parents=True, exist_ok=True)
         if self.reranker_path is not None:
             name = register_local_cross_encoder(self.reranker_path)
-            return TextCrossEncoder(
-                name,
-                cache_dir=str(self.models_dir),
-                specific_model_path=str(self.reranker_path),
-                threads=self.threads,
+            return _quiet(
+                TextCrossEncoder(
+                    name,
+                    cache_dir=str(self.models_dir),
+                    specific_model_path=str(self.reranker_path),
+                    threads=self.threads,
+                )
             )
         try:
             with quiet_fastembed():
-                return TextCrossEncoder(
+                model = TextCrossEncoder(
                     self.model_name,
                     cache_dir=str(self.models_dir),
                     local_files_only=True,
@@ -139,17 +141,20 @@ class FastEmbedReranker:
                 )
         except Exception:
             return None
+        return _quiet(model)
 
     def _download(self) -> None:
         from fastembed.rerank.cross_encoder import TextCrossEncoder
 
         try:
             download(self.model_name, self.models_dir, reranker=True)  # progress on stderr
-            model = TextCrossEncoder(
-                self.model_name,
-                cache_dir=str(self.models_dir),
-                local_files_only=True,
-                threads=self.threads,
+            model = _quiet(
+                TextCrossEncoder(
+                    self.model_name,
+                    cache_dir=str(self.models_dir),
+                    local_files_only=True,
+                    threads=self.threads,
+                )
             )
         except Exception as exc:
             with self._lock:
@@ -170,6 +175,12 @@ class FastEmbedReranker:
         if not documents:
             return []
         return [float(s) for s in self._model.rerank(query, list(documents), batch_size=32)]
+
+
+def _quiet(model: Any) -> Any:
+    """A loaded cross-encoder whose runtime threads stop spinning between runs."""
+    stop_spinning_between_runs(model.model)  # fastembed's model, its ONNX session inside
+    return model
 
 
 def register_local_cross_encoder(directory: Path) -> str:

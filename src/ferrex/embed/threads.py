@@ -1,25 +1,37 @@
-"""One BLAS thread in a ferrex process: the model's runtime owns the cores.
+"""The model's runtime owns the cores while it runs, and only then.
 
-NumPy's BLAS (OpenBLAS in the wheels) starts a thread per core for any product and leaves them
-spinning after it returns; the ONNX runtime does the same with its own pool. On a 2-core
-machine each pool's spinning threads took the other's cores: a store's small matrix products
-(token pooling) waited for ONNX's threads, and the next model run for BLAS's. ferrex's
-products are small (a memory's tokens, a recall's candidates), so one BLAS thread loses nothing
-and a store is about twice as fast (docs/performance.md, "BLAS threads").
+**One BLAS thread.** NumPy's BLAS (OpenBLAS in the wheels) starts a thread per core for any
+product and leaves them spinning after it returns; the ONNX runtime does the same with its own
+pool (below). On a 2-core machine each pool's spinning threads took the other's cores: a
+store's small matrix products (token pooling) waited for ONNX's threads, and the next model run
+for BLAS's. ferrex's products are small (a memory's tokens, a recall's candidates), so one BLAS
+thread loses nothing and a store is about twice as fast (docs/performance.md, "BLAS threads").
 
 A limit the user set (``OPENBLAS_NUM_THREADS``, ``MKL_NUM_THREADS``, ``OMP_NUM_THREADS``,
 ``BLIS_NUM_THREADS``) is left as it is; a library that cannot be limited is logged and left too
 (the model loads either way).
+
+**No spinning between runs.** The ONNX runtime's pool threads spin after a run returns, waiting
+for the next one: after one query embedding (~3 ms of work) they burnt ~40 ms of a core while the
+server sat idle, on every call. That core is the MCP client's, the agent's, another model's:
+on a 2-core machine half of it. With ``session.force_spinning_stop`` they spin during a run (its
+speed is unchanged) and stop when it returns. fastembed builds the session and exposes no such
+option, so the session it built is built again from its own options with this one added
+(docs/performance.md, "No spinning between runs").
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from typing import Any
 
 import structlog
 
 log = structlog.get_logger("ferrex.embed")
+
+# The ONNX runtime's session option: intra-op threads stop spinning when a run returns.
+SPIN_STOP = "session.force_spinning_stop"
 
 USER_LIMITS = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS", "BLIS_NUM_THREADS")
 
@@ -48,3 +60,29 @@ def limit_blas_threads() -> None:
             log.warning("BLAS threads not limited", error=str(exc)[:200])
             return
         log.debug("BLAS limited to one thread")
+
+
+def stop_spinning_between_runs(owner: Any) -> None:
+    """Replace ``owner.model``, the ONNX runtime session fastembed built, with one built from
+    the same file, providers and options plus ``SPIN_STOP``. A session that cannot be rebuilt
+    is logged and kept as it is: a CPU-use setting, never a reason not to load the model."""
+    session = getattr(owner, "model", None)
+    path = getattr(session, "_model_path", None)
+    if session is None or not isinstance(path, str | os.PathLike):
+        log.warning("ONNX session not rebuilt: no model file to build it from")
+        return
+    try:
+        import onnxruntime as ort
+
+        options = session.get_session_options()
+        options.add_session_config_entry(SPIN_STOP, "1")
+        providers = session.get_providers()
+        provider_options = session.get_provider_options()
+        owner.model = ort.InferenceSession(
+            os.fspath(path),
+            sess_options=options,
+            providers=providers,
+            provider_options=[provider_options.get(name, {}) for name in providers],
+        )
+    except Exception as exc:
+        log.warning("ONNX session not rebuilt", error=str(exc)[:200])
