@@ -275,3 +275,46 @@ def test_the_cache_is_a_bounded_lru(make_service: ServiceFactory) -> None:
     assert service.cache.stats()["hits"] == hits + 1
     invoke(service, "recall", second)
     assert service.cache.stats()["hits"] == hits + 1  # second was dropped
+
+
+def test_context_neighbour_lookups_are_kept_per_write_generation(service: MemoryService) -> None:
+    """A hit's stored neighbours and the cosines of its pairs are read once per namespace
+    generation (core/cache.py): asked again, they are the same without a store lookup; a pair
+    the index gives no cosine for (a memory it does not hold) stays without one; a store in the
+    namespace starts a new generation that reads them again."""
+    ids = [
+        invoke(service, "store", {"content": text})["id"]
+        for text in (
+            "The staging cluster runs on three arm nodes",
+            "The staging cluster was moved to the new region last week",
+            "Lunch on Friday is at the noodle place",
+        )
+    ]
+    recall = service.recalling
+    namespace = service.deps.namespace
+    model = service.embedder.info.pin
+    pairs = {ids[1]: [ids[0], ids[2], "mem_not_in_the_index"]}
+    generation = service.cache.generation(namespace)
+    first = recall._similarities(namespace, generation, model, pairs)
+    near = recall._stored_neighbours(namespace, generation, [ids[1]], 2)
+    assert set(first) == {(ids[1], ids[0]), (ids[1], ids[2])}  # none for the unknown memory
+    assert first[(ids[1], ids[0])] > first[(ids[1], ids[2])]  # about the same thing
+    assert [n[0] for n in near[ids[1]]] == [ids[0], ids[2]]
+
+    asked: list[Any] = []
+    index_call = service.index.dense_similarities
+    meta_call = service.meta.stored_neighbours
+    service.index.dense_similarities = lambda *a: asked.append(a) or index_call(*a)  # type: ignore[method-assign]
+    service.meta.stored_neighbours = lambda *a: asked.append(a) or meta_call(*a)  # type: ignore[method-assign]
+    try:
+        assert recall._similarities(namespace, generation, model, pairs) == first
+        assert recall._stored_neighbours(namespace, generation, [ids[1]], 2) == near
+        assert asked == []  # all of it kept, the missing cosine too
+        invoke(service, "store", {"content": "The staging cluster gets a fourth node in May"})
+        later = service.cache.generation(namespace)
+        assert later != generation
+        assert recall._similarities(namespace, later, model, pairs) == pytest.approx(first)
+        assert len(recall._stored_neighbours(namespace, later, [ids[1]], 2)[ids[1]]) == 3
+        assert len(asked) == 2  # read again, once each
+    finally:
+        del service.index.dense_similarities, service.meta.stored_neighbours

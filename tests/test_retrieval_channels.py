@@ -183,6 +183,44 @@ async def test_the_answer_to_a_question_is_its_context_whatever_its_words(
     assert ids[reply] not in alone and ids[reply] not in rule_off, rule_off
 
 
+async def test_after_a_write_a_hit_s_neighbours_are_read_again(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    """What context neighbours read for a hit (its stored neighbours, their cosines) is kept
+    per namespace write generation (core/cache.py). Within one server, a repeated recall answers
+    as before; after the reply to a question is forgotten, the memory now stored right after
+    the question is its answer, exactly as a fresh server (nothing kept) says."""
+    question_turn = "Gina: How much rent do you pay for the studio downtown?"
+    reply = "Jon: Oh, seven hundred, give or take."
+    ask = {"query": "What rent does Gina's friend pay for the studio?", "explain": True}
+    data = tmp_path / "d"
+
+    def ranking(answer: dict[str, Any]) -> list[tuple[str, float, Any]]:
+        return [(r["id"], r["score"], r.get("included_as")) for r in answer["results"]]
+
+    async with mcp_client(data, models_dir) as client:
+        ids = {}
+        for text in [question_turn, reply, *FILLER]:
+            ids[text] = (await ok(client, "store", {"content": text}))["id"]
+        first = ranking(await ok(client, "recall", ask))
+        again = ranking(await ok(client, "recall", ask))
+        assert [i for i, _, _ in again] == [i for i, _, _ in first]
+        assert [s for _, s, _ in again] == pytest.approx([s for _, s, _ in first], abs=1e-3)
+        # The reply shares no word with the question: the answer rule lifts it (0.9 x the
+        # question's relevance), as it lifts whatever is stored right after the question.
+        assert first[0][0] == ids[question_turn] and first[1][0] == ids[reply], first
+        assert first[1][1] > 0.5
+        await ok(client, "forget", {"ids": [ids[reply]]})
+        after = ranking(await ok(client, "recall", ask))
+    # The filler stored right after the reply is now right after the question: its answer.
+    assert after[0][0] == ids[question_turn] and after[1][0] == ids[FILLER[0]], after
+    assert after[1][1] > 0.5
+    async with mcp_client(data, models_dir) as client:
+        fresh = ranking(await ok(client, "recall", ask))
+    assert [(i, mark) for i, _, mark in fresh] == [(i, mark) for i, _, mark in after]
+    assert [s for _, s, _ in fresh] == pytest.approx([s for _, s, _ in after], abs=1e-3)
+
+
 def _late_of(answer: dict[str, Any]) -> list[Any]:
     return [r["explain"].get("late") for r in answer["results"]]
 

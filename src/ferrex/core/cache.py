@@ -5,6 +5,13 @@ Two LRUs: query text -> embedding (skips the model for repeated queries), and
 candidate list and the cross-encoder scores. Freshness, staleness filtering and boosts are
 recomputed from SQLite on every call, so a hit returns exactly what a miss would have. Any write
 to a namespace bumps its generation and drops its entries.
+
+Two more hold what context neighbours (core/neighbours.py) read for a hit, keyed by the
+namespace's generation: its stored neighbours (SQLite) and the dense cosine of each (hit,
+neighbour) pair (the index). Different queries find the same memories, and these lookups were
+a third of a recall's work besides the model. Like the query embeddings they are exact copies
+of what the stores answered in the same generation, so they are kept whether or not recall
+results are cached.
 """
 
 from __future__ import annotations
@@ -17,6 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import numpy as np
+
+from ferrex.core.ports import StoredNeighbour
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -86,6 +95,12 @@ class CachedRecall:
     gate_relevance: dict[str, float] = field(default_factory=dict)
 
 
+# Entries of the neighbour lookups: a recall reads ten hits' neighbours and ~40 cosines.
+NEIGHBOUR_ENTRIES = 8192
+COSINE_ENTRIES = 32768
+NO_COSINE = float("nan")  # a pair the index gave no cosine for (e.g. another model's point)
+
+
 class RecallCache:
     def __init__(self, capacity: int, enabled: bool = True) -> None:
         self.enabled = enabled
@@ -93,6 +108,13 @@ class RecallCache:
         # the vector and the query's content token vectors (late interaction).
         self.queries: LRU[tuple[str, ...], Any] = LRU(max(16, capacity * 4))
         self.results: LRU[tuple[Any, ...], CachedRecall] = LRU(capacity)
+        # (namespace, generation, window, memory id) -> its stored neighbours; (namespace,
+        # generation, model pin, hit, neighbour) -> their cosine or NO_COSINE. An entry of an
+        # older generation is never asked for again and ages out.
+        self.neighbours: LRU[tuple[str, int, int, str], list[StoredNeighbour]] = LRU(
+            NEIGHBOUR_ENTRIES
+        )
+        self.cosines: LRU[tuple[str, int, str, str, str], float] = LRU(COSINE_ENTRIES)
         self._generation: dict[str, int] = {}
         self._lock = threading.Lock()
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from ferrex.core import conflict as conflicts
 from ferrex.core import errors
-from ferrex.core.cache import CachedRecall, embedding_hash
+from ferrex.core.cache import NO_COSINE, CachedRecall, embedding_hash
 from ferrex.core.date_terms import query_terms
 from ferrex.core.deps import Deps
 from ferrex.core.errors import FerrexError
@@ -25,6 +25,7 @@ from ferrex.core.ports import (
     IndexFilter,
     IndexHit,
     SparseVec,
+    StoredNeighbour,
     Vector,
 )
 from ferrex.core.relevance import answers, evidence_of, max_boost, score_evidence
@@ -593,7 +594,10 @@ class Recall:
         cfg = self.settings.retrieval.neighbours
         relevance = {mid: value for mid, (value, _) in scored.items()}
         top = sorted(relevance, key=lambda mid: (-relevance[mid], mid))[: cfg.top]
-        near = self.meta.stored_neighbours(flt.namespace, top, cfg.window)
+        # The generation before any read: a write that lands meanwhile bumps it, so what is
+        # read now is never kept under the generation that follows the write.
+        generation = self.cache.generation(flt.namespace)
+        near = self._stored_neighbours(flt.namespace, generation, top, cfg.window)
         may_join = (
             flt.entity_ids is None
             and flt.time_after is None
@@ -610,7 +614,8 @@ class Recall:
             for hit, other, offset in context_pairs(relevance, near, cfg, may_join=may_join):
                 if not is_answer(offset, hit_asks(near[hit]), cfg):
                     others.setdefault(hit, []).append(other)
-            similarity = self.index.dense_similarities(others, flt.model or self.embedder.info.pin)
+            model = flt.model or self.embedder.info.pin
+            similarity = self._similarities(flt.namespace, generation, model, others)
         credit = context_credit(relevance, near, cfg, may_join=may_join, similarity=similarity)
         for mid, value in credit.relevance.items():
             evidence = scored[mid][1] if mid in scored else (None, None, 0.0)
@@ -620,6 +625,52 @@ class Recall:
                 context_credit(gate, near, cfg, may_join=may_join, similarity=similarity).relevance
             )
         return credit.joined
+
+    def _stored_neighbours(
+        self, namespace: str, generation: int, memory_ids: list[str], window: int
+    ) -> dict[str, list[StoredNeighbour]]:
+        """``meta.stored_neighbours`` through the cache: what this generation read already,
+        and the rest in one lookup (a memory with no row, gone mid-flight, has no entry)."""
+        cached = self.cache.neighbours
+        near: dict[str, list[StoredNeighbour]] = {}
+        missing = []
+        for memory_id in memory_ids:
+            found = cached.get((namespace, generation, window, memory_id))
+            if found is None:
+                missing.append(memory_id)
+            else:
+                near[memory_id] = found
+        if missing:
+            fetched = self.meta.stored_neighbours(namespace, missing, window)
+            for memory_id, found in fetched.items():
+                cached.put((namespace, generation, window, memory_id), found)
+            near.update(fetched)
+        return {m: near[m] for m in memory_ids if m in near}
+
+    def _similarities(
+        self, namespace: str, generation: int, model: str, others: dict[str, list[str]]
+    ) -> dict[tuple[str, str], float]:
+        """``index.dense_similarities`` through the cache: the pairs this generation scored
+        already, and the rest in one engine call (a pair it gives no cosine stays without)."""
+        cached = self.cache.cosines
+        out: dict[tuple[str, str], float] = {}
+        missing: dict[str, list[str]] = {}
+        for hit, rest in others.items():
+            for other in rest:
+                value = cached.get((namespace, generation, model, hit, other))
+                if value is None:
+                    missing.setdefault(hit, []).append(other)
+                elif value == value:  # NO_COSINE (NaN) is the one value unequal to itself
+                    out[(hit, other)] = value
+        if missing:
+            scored = self.index.dense_similarities(missing, model)
+            for hit, rest in missing.items():
+                for other in rest:
+                    value = scored.get((hit, other), NO_COSINE)
+                    cached.put((namespace, generation, model, hit, other), value)
+                    if value == value:
+                        out[(hit, other)] = value
+        return out
 
     def _held_back(
         self,
