@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent / "src"))
 sys.path.insert(0, str(BENCH))
@@ -119,6 +121,7 @@ async def side_by_side(
     embed: Any,
     in_process: Any,
     settings: dict[str, str],
+    gap: float = 0.0,
 ) -> dict[str, Any]:
     names = ("ferrex", "peer", "sdk", "embed_query", "ferrex_in_process")
     samples: dict[str, list[float]] = {k: [] for k in names}
@@ -134,18 +137,23 @@ async def side_by_side(
             await other.call_tool("qdrant-find", {"query": text + " warm"})
             await minimal.call_tool("echo", {"text": text})
         for text in texts:
+            await anyio.sleep(gap)
             start = time.perf_counter()
             mine = await ferrex.call_tool("recall", {"query": text, "limit": 10})
             samples["ferrex"].append(time.perf_counter() - start)
+            await anyio.sleep(gap)
             start = time.perf_counter()
             theirs = await other.call_tool("qdrant-find", {"query": text})
             samples["peer"].append(time.perf_counter() - start)
+            await anyio.sleep(gap)
             start = time.perf_counter()
             await minimal.call_tool("echo", {"text": text})
             samples["sdk"].append(time.perf_counter() - start)
+            await anyio.sleep(gap)
             start = time.perf_counter()
             embed(text)
             samples["embed_query"].append(time.perf_counter() - start)
+            await anyio.sleep(gap)
             start = time.perf_counter()
             in_process(text)
             samples["ferrex_in_process"].append(time.perf_counter() - start)
@@ -173,6 +181,15 @@ def main() -> int:
         metavar="KEY=VALUE",
         help="a ferrex setting for the served ferrex and its in-process copy, e.g. "
         "retrieval.neighbours.weight=0 (repeatable)",
+    )
+    parser.add_argument(
+        "--gap",
+        type=float,
+        default=0.0,
+        metavar="MS",
+        help="idle milliseconds before every measured call: an ONNX runtime that spins after a "
+        "run (the peer's: ~40 ms) then slows no other measurement, and every call is measured "
+        "as an agent makes it, after a pause (0: back to back, as before)",
     )
     args = parser.parse_args()
     settings = setting_env(args.set)
@@ -211,6 +228,7 @@ def main() -> int:
                     service.embedder.embed_query,
                     in_process,
                     settings,
+                    args.gap / 1000,
                 )
             )
         finally:
@@ -218,7 +236,8 @@ def main() -> int:
     floor = result["embed_query"]["p50"] + result["sdk"]["p50"]
     print(
         f"{args.size:,} memories, {args.queries} queries, interleaved (p50 / p95 ms)"
-        f"{', ferrex with ' + ' '.join(args.set) if args.set else ''}:\n\n"
+        f"{', ferrex with ' + ' '.join(args.set) if args.set else ''}"
+        f"{f', {args.gap:g} ms idle before each call' if args.gap else ''}:\n\n"
         "| server | find / recall p50 / p95 | ÷ (embed + SDK trip) | answer chars p50 |\n"
         "|---|---|---|---|"
     )
@@ -238,6 +257,7 @@ def main() -> int:
     out.mkdir(exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     result["settings"] = args.set
+    result["gap_ms"] = args.gap
     (out / f"peer-{stamp}.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
     return 0
 
