@@ -20,6 +20,7 @@ import pytest
 from tests.test_staleness import MovableClock
 
 from ferrex.core.clock import parse_timestamp, to_iso
+from ferrex.core.maintenance import export_lines, import_records
 from ferrex.core.service import MemoryService
 from ferrex.server.calls import run_tool as invoke
 
@@ -318,3 +319,50 @@ def test_context_neighbour_lookups_are_kept_per_write_generation(service: Memory
         assert len(asked) == 2  # read again, once each
     finally:
         del service.index.dense_similarities, service.meta.stored_neighbours
+
+
+def test_an_import_between_two_memories_changes_their_neighbours_at_once(
+    make_service: ServiceFactory, tmp_path: Path
+) -> None:
+    """An import keeps each memory's ``created_at``, so one can land between two stored ones,
+    and it ends by invalidating every namespace: that moves the generation of a namespace this
+    process never wrote to as well (a server just started over an existing store). The recall
+    after the import credits the imported reply as the question's answer, as a fresh process
+    does, not the reply stored after it."""
+    question = "Gina: How much rent do you pay for the studio downtown?"
+    reply = "Jon: Oh, seven hundred, give or take."
+    ask = {"query": "What rent does Gina's friend pay for the studio?"}
+    data = tmp_path / "one-store"
+
+    def ranking(service: MemoryService) -> list[tuple[str, float]]:
+        return [(r["id"], r["score"]) for r in invoke(service, "recall", ask)["results"]]
+
+    writer = make_service(data)
+    ids = [invoke(writer, "store", {"content": text})["id"] for text in (question, reply)]
+    for n in range(12):
+        invoke(writer, "store", {"content": f"The shuttle to terminal {n} leaves every hour"})
+    header, *memories = [r for r in export_lines(writer) if r["kind"] in ("header", "memory")]
+    writer.close()
+    by_id = {r["id"]: r for r in memories}
+    asked_at = parse_timestamp(by_id[ids[0]]["created_at"])
+    replied_at = parse_timestamp(by_id[ids[1]]["created_at"])
+    assert asked_at < replied_at
+    between = to_iso(asked_at + (replied_at - asked_at) / 2)
+    inserted = {
+        **by_id[ids[1]],
+        "id": "mem_0000imported0reply00000001",
+        "content": "Jon: Nine hundred a month, utilities included.",
+        **{key: between for key in ("created_at", "updated_at", "event_time", "t_valid")},
+    }
+
+    reader = make_service(data)  # has written nothing: no generation of its own yet
+    before = ranking(reader)
+    assert [i for i, _ in before[:2]] == ids and before[1][1] > 0.5  # the reply: the answer
+    assert import_records(reader, [header, inserted])["imported"] == 1
+    after = ranking(reader)
+    assert [i for i, _ in after[:2]] == [ids[0], inserted["id"]], after
+    assert after[1][1] > 0.5
+    reader.close()
+    fresh = ranking(make_service(data))
+    assert [i for i, _ in fresh] == [i for i, _ in after]
+    assert [s for _, s in fresh] == pytest.approx([s for _, s in after], abs=1e-3)

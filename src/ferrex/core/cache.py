@@ -116,16 +116,21 @@ class RecallCache:
         )
         self.cosines: LRU[tuple[str, int, str, str, str], float] = LRU(COSINE_ENTRIES)
         self._generation: dict[str, int] = {}
+        # Bumped by an invalidation of every namespace (another connection's writes, an
+        # import, a repair): it moves the generation of namespaces this process never wrote to
+        # as well, which have no counter of their own yet.
+        self._epoch = 0
         self._lock = threading.Lock()
 
     def generation(self, namespace: str) -> int:
+        """Grows with every write to ``namespace`` and every invalidation of all of them."""
         with self._lock:
-            return self._generation.get(namespace, 0)
+            return self._epoch + self._generation.get(namespace, 0)
 
     def invalidate(self, namespace: str | None = None) -> None:
         with self._lock:
             if namespace is None:
-                self._generation = {k: v + 1 for k, v in self._generation.items()}
+                self._epoch += 1
                 self.results.clear()
                 return
             self._generation[namespace] = self._generation.get(namespace, 0) + 1
