@@ -64,7 +64,7 @@ def settings_overrides(pairs: Sequence[str]) -> list[tuple[str, Any]]:
 def setting_env(pairs: Sequence[str]) -> dict[str, str]:
     """The same pairs as the environment of a served ferrex (``FERREX_SECTION__KEY``)."""
     return {
-        "FERREX_" + key.upper().replace(".", "__"): str(raw).strip()
+        "FERREX_" + key.strip().upper().replace(".", "__"): raw.strip()
         for key, _, raw in (pair.partition("=") for pair in pairs)
     }
 
