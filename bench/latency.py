@@ -319,13 +319,20 @@ def in_process(service: MemoryService, texts: list[str], size: int) -> dict[str,
 
 
 def model_rss_mb(tier: str) -> float:
-    """RSS of a bare Python process holding only the embedding model (after one embedding)."""
+    """RSS of a bare Python process holding only the embedding model (after one embedding), as
+    its library loads it: fastembed's ``TextEmbedding`` over the bundled files for the small
+    tier, not ferrex's loader (whose own memory savings would lower the floor too)."""
     code = (
         "import sys, pathlib; sys.path.insert(0, sys.argv[1]);"
+        "from ferrex.embed.models import BUNDLED_MODEL, prepare_bundled_model;"
         "from ferrex.embed.embedder import FastEmbedEmbedder;"
-        "e = FastEmbedEmbedder(sys.argv[3], pathlib.Path(sys.argv[2]), offline=True,"
-        " allow_bundled=True, prefer_bundled=True); e.load();"
-        "e.embed_documents(['warm up the model once']);"
+        "from fastembed import TextEmbedding;"
+        "d = pathlib.Path(sys.argv[2]);"
+        "e = (TextEmbedding(BUNDLED_MODEL, specific_model_path=str(prepare_bundled_model(d)))"
+        " if sys.argv[3] == 'small' else FastEmbedEmbedder(sys.argv[3], d, offline=True,"
+        " allow_bundled=True, prefer_bundled=True));"
+        "getattr(e, 'load', lambda: None)();"
+        "list(getattr(e, 'embed_documents', e.embed)(['warm up the model once']));"
         "print([l for l in open('/proc/self/status') if l.startswith('VmRSS')][0].split()[1])"
     )
     with tempfile.TemporaryDirectory() as tmp:
