@@ -215,7 +215,8 @@ class FastEmbedEmbedder:
         self._finish(model, tier, source="bundled", variant=BUNDLED_VARIANT)
 
     def _finish(self, model: Any, tier: EmbeddingTier, *, source: str, variant: str = "") -> None:
-        stop_spinning_between_runs(model.model)  # fastembed's model, its ONNX session inside
+        # fastembed's model, its ONNX session inside (none: logged, the model loads as is)
+        stop_spinning_between_runs(getattr(model, "model", None))
         # Exercise the model once so any load error surfaces here, not mid-request.
         probe = next(iter(model.embed(["ferrex"])))
         dimension = len(probe)

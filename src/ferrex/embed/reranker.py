@@ -179,7 +179,8 @@ class FastEmbedReranker:
 
 def _quiet(model: Any) -> Any:
     """A loaded cross-encoder whose runtime threads stop spinning between runs."""
-    stop_spinning_between_runs(model.model)  # fastembed's model, its ONNX session inside
+    # fastembed's model, its ONNX session inside (none: logged, the model loads as is)
+    stop_spinning_between_runs(getattr(model, "model", None))
     return model
 
 
