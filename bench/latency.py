@@ -381,7 +381,12 @@ async def background_index(
     cached: Path, tier: str, texts: list[str], check_seconds: float, timeout: float
 ) -> dict[str, Any]:
     """At the largest size: recall before the HNSW index exists, the longest stall any call saw
-    while the background build ran (recalls and pings back to back), and recall after it."""
+    while the background build ran (recalls and pings back to back), and recall after it. Each
+    phase asks its own questions: a question asked again would find its embedding and its hits'
+    neighbour lookups kept from the phase before."""
+    asked = set(texts)
+    rest = [t for t in dict.fromkeys(queries(100_000, seed=31)) if t not in asked]
+    after_texts, during_texts = rest[: len(texts)], rest[len(texts) :]
     with tempfile.TemporaryDirectory(prefix="ferrex-hnsw-") as tmp:
         data = copy_store(cached, Path(tmp))
         extra = {"FERREX_RETRIEVAL__HNSW_BUILD_MIN_UNINDEXED": "20000"}
@@ -401,7 +406,7 @@ async def background_index(
             saw_build = False
             i = 0
             while time.perf_counter() - started < timeout:
-                text = texts[i % len(texts)]
+                text = during_texts[i % len(during_texts)]
                 i += 1
                 start = time.perf_counter()
                 await client.call_tool("recall", {"query": text, "limit": 10})
@@ -423,7 +428,7 @@ async def background_index(
                 "ping": summary(pings) if pings else None,
                 "longest_stall_ms": round(max(stalls + pings) * 1000, 1) if stalls else None,
             }
-            after = await timed_recalls(client, texts)
+            after = await timed_recalls(client, after_texts)
             out["recall_after"] = summary(after)
     return out
 

@@ -1,10 +1,12 @@
-"""The ONNX runtime's threads stop spinning when a model run returns (ferrex/embed/threads.py).
+"""``runtime_spin = false``: the ONNX runtime's threads stop spinning when a model run returns
+(ferrex/embed/threads.py).
 
-Left as fastembed builds them, the runtime's pool kept a core busy for ~40 ms after every query
-embedding while the server sat idle: the MCP client's core on a 2-core machine. Measured here
-as what the process itself burns while idle after a run, in a fresh process (a clean CPU
-account), with the real model. The cross-encoder the tests build is too small to spin: its
-session is checked to be the rebuilt one.
+Left as fastembed builds them (the default), the runtime's pool keeps a core busy for ~40 ms
+after every query embedding, waiting for the next run: bursts of calls are faster, an idle
+server burns a core meanwhile. With the setting off it burns nothing; measured here as what the
+process itself burns while idle after a run, in a fresh process (a clean CPU account), with the
+real model. The cross-encoder the tests build is too small to spin: its session is checked to be
+the rebuilt one.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from typing import Any
 import pytest
 from tests.support.tiny_cross_encoder import build_tiny_cross_encoder
 
+from ferrex.bootstrap import Options, build_service
+from ferrex.config import load_settings
+from ferrex.embed.embedder import FastEmbedEmbedder
 from ferrex.embed.reranker import FastEmbedReranker, register_local_cross_encoder
 from ferrex.embed.threads import SPIN_STOP, stop_spinning_between_runs
 
@@ -41,7 +46,7 @@ def idle_after(run):
     return burnt
 
 model = FastEmbedEmbedder("small", Path(sys.argv[1]), offline=True, allow_bundled=True,
-                          prefer_bundled=True)
+                          prefer_bundled=True, spin=False)
 model.load()
 print(json.dumps({
     "idle_ms": idle_after(
@@ -99,9 +104,43 @@ def test_a_session_is_rebuilt_with_the_option(tiny_model: Path, models_dir: Path
     assert after == pytest.approx(before)  # the same model, the same scores
 
 
-def test_the_reranker_loads_a_rebuilt_session(tiny_model: Path, models_dir: Path) -> None:
-    reranker = FastEmbedReranker("default", models_dir, reranker_path=tiny_model, offline=True)
+@pytest.mark.parametrize("spin", [True, False])
+def test_the_reranker_follows_the_setting(tiny_model: Path, models_dir: Path, spin: bool) -> None:
+    reranker = FastEmbedReranker(
+        "default", models_dir, reranker_path=tiny_model, offline=True, spin=spin
+    )
     reranker.load()
     assert reranker.available
-    assert _spin_stop(reranker._model.model.model) == "1"
+    assert _spin_stop(reranker._model.model.model) == (None if spin else "1")
     assert len(reranker.score("deploy target?", ["the deploy target is arm", "lunch"])) == 2
+
+
+def test_the_setting_reaches_the_embedding_model(tmp_path: Path, models_dir: Path) -> None:
+    """``runtime_spin``: on by default; ``FERREX_RUNTIME_SPIN=false`` (or the file's key) gives
+    the service an embedding model whose session stops spinning."""
+    default, _ = load_settings(cli={"data_dir": str(tmp_path / "a")}, environ={})
+    assert default.runtime_spin is True
+    (tmp_path / "ferrex.toml").write_text("runtime_spin = false\n")
+    from_file, _ = load_settings(
+        cli={"data_dir": str(tmp_path / "a")}, environ={}, config_path=tmp_path / "ferrex.toml"
+    )
+    assert from_file.runtime_spin is False
+    for spin, environ in ((True, {}), (False, {"FERREX_RUNTIME_SPIN": "false"})):
+        settings, _ = load_settings(
+            cli={
+                "data_dir": str(tmp_path / f"d-{spin}"),
+                "models_dir": str(models_dir),
+                "model_tier": "small",
+                "offline": True,
+                "rerank": False,
+            },
+            environ=environ,
+        )
+        service = build_service(settings, Options(explicit_model_tier=True))
+        try:
+            service.ensure_ready()
+            embedder = service.embedder
+            assert isinstance(embedder, FastEmbedEmbedder) and embedder.spin is spin
+            assert _spin_stop(embedder._model.model.model) == (None if spin else "1")
+        finally:
+            service.close()

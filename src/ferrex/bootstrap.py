@@ -49,6 +49,7 @@ def load_requested_model(settings: Settings) -> FastEmbedEmbedder:
         allow_bundled=is_bundled and settings.offline_fallback,
         prefer_bundled=False,
         threads=settings.threads,
+        spin=settings.runtime_spin,
     )
     embedder.load()
     if embedder.info.name.lower() != tier.model.lower():  # pragma: no cover - defensive
@@ -230,6 +231,7 @@ def build_service(
         allow_bundled=settings.offline_fallback,
         prefer_bundled=prefer_bundled,
         threads=settings.threads,
+        spin=settings.runtime_spin,
     )
     reranker = FastEmbedReranker(
         settings.reranker_tier,
@@ -238,6 +240,7 @@ def build_service(
         enabled=settings.rerank,
         offline=offline,
         threads=settings.threads,
+        spin=settings.runtime_spin,
     )
     try:
         index = open_index(settings, meta, options, index_mode)

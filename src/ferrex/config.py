@@ -362,6 +362,10 @@ class Settings(_Section):
     # Bearer token of the team server (`ferrex serve --http`); env FERREX_HTTP_TOKEN.
     http_token: str | None = None
     threads: int | None = Field(default=None, ge=1, le=64)
+    # The model runtime's threads keep spinning ~40 ms after a run, waiting for the next: calls
+    # that come in bursts are faster; false frees the cores as a run returns (an idle server
+    # burns nothing, bursts are slower: docs/performance.md, "Spinning between runs").
+    runtime_spin: bool = True
 
     retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
     recency: RecencyConfig = Field(default_factory=RecencyConfig)

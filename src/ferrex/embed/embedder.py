@@ -53,6 +53,7 @@ class FastEmbedEmbedder:
         allow_bundled: bool = True,
         prefer_bundled: bool = False,
         threads: int | None = None,
+        spin: bool = True,
     ) -> None:
         self.tier: EmbeddingTier = EMBEDDING_TIERS[tier]
         self.models_dir = models_dir
@@ -65,6 +66,8 @@ class FastEmbedEmbedder:
         self.allow_bundled = allow_bundled
         self.prefer_bundled = prefer_bundled
         self.threads = threads
+        # False: the runtime's threads stop spinning when a run returns (embed/threads.py).
+        self.spin = spin
         self._lock = threading.Lock()
         self._model: Any = None
         self._tokenizer: Tokenizer | None = None
@@ -215,8 +218,9 @@ class FastEmbedEmbedder:
         self._finish(model, tier, source="bundled", variant=BUNDLED_VARIANT)
 
     def _finish(self, model: Any, tier: EmbeddingTier, *, source: str, variant: str = "") -> None:
-        # fastembed's model, its ONNX session inside (none: logged, the model loads as is)
-        stop_spinning_between_runs(getattr(model, "model", None))
+        if not self.spin:
+            # fastembed's model, its ONNX session inside (none: logged, the model loads as is)
+            stop_spinning_between_runs(getattr(model, "model", None))
         # Exercise the model once so any load error surfaces here, not mid-request.
         probe = next(iter(model.embed(["ferrex"])))
         dimension = len(probe)

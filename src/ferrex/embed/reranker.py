@@ -35,6 +35,7 @@ class FastEmbedReranker:
         enabled: bool = True,
         offline: bool = False,
         threads: int | None = None,
+        spin: bool = True,
     ) -> None:
         self.model_name = RERANKER_TIERS[tier]
         self.models_dir = models_dir
@@ -46,6 +47,7 @@ class FastEmbedReranker:
             "yes",
         }
         self.threads = threads
+        self.spin = spin  # False: its runtime's threads stop spinning between runs
         self._model: Any = None
         self._reason: str | None = None if enabled else "reranking disabled (--no-rerank)"
         self._lock = threading.Lock()
@@ -123,7 +125,7 @@ class FastEmbedReranker:
         self.models_dir.mkdir(parents=True, exist_ok=True)
         if self.reranker_path is not None:
             name = register_local_cross_encoder(self.reranker_path)
-            return _quiet(
+            return self._quiet(
                 TextCrossEncoder(
                     name,
                     cache_dir=str(self.models_dir),
@@ -141,14 +143,14 @@ class FastEmbedReranker:
                 )
         except Exception:
             return None
-        return _quiet(model)
+        return self._quiet(model)
 
     def _download(self) -> None:
         from fastembed.rerank.cross_encoder import TextCrossEncoder
 
         try:
             download(self.model_name, self.models_dir, reranker=True)  # progress on stderr
-            model = _quiet(
+            model = self._quiet(
                 TextCrossEncoder(
                     self.model_name,
                     cache_dir=str(self.models_dir),
@@ -169,19 +171,19 @@ class FastEmbedReranker:
 
     # ------------------------------------------------------------------ scoring
 
+    def _quiet(self, model: Any) -> Any:
+        """A loaded cross-encoder; with ``spin`` off, its runtime threads stop spinning between
+        runs (fastembed's model, its ONNX session inside; none: logged, loaded as is)."""
+        if not self.spin:
+            stop_spinning_between_runs(getattr(model, "model", None))
+        return model
+
     def score(self, query: str, documents: Sequence[str]) -> list[float]:
         if self._model is None:
             raise RuntimeError("reranker not available")
         if not documents:
             return []
         return [float(s) for s in self._model.rerank(query, list(documents), batch_size=32)]
-
-
-def _quiet(model: Any) -> Any:
-    """A loaded cross-encoder whose runtime threads stop spinning between runs."""
-    # fastembed's model, its ONNX session inside (none: logged, the model loads as is)
-    stop_spinning_between_runs(getattr(model, "model", None))
-    return model
 
 
 def register_local_cross_encoder(directory: Path) -> str:

@@ -1,4 +1,4 @@
-"""The model's runtime owns the cores while it runs, and only then.
+"""How the model's runtime shares the cores.
 
 **One BLAS thread.** NumPy's BLAS (OpenBLAS in the wheels) starts a thread per core for any
 product and leaves them spinning after it returns; the ONNX runtime does the same with its own
@@ -11,13 +11,13 @@ A limit the user set (``OPENBLAS_NUM_THREADS``, ``MKL_NUM_THREADS``, ``OMP_NUM_T
 ``BLIS_NUM_THREADS``) is left as it is; a library that cannot be limited is logged and left too
 (the model loads either way).
 
-**No spinning between runs.** The ONNX runtime's pool threads spin after a run returns, waiting
-for the next one: after one query embedding (~3 ms of work) they burnt ~40 ms of a core while the
-server sat idle, on every call. That core is the MCP client's, the agent's, another model's:
-on a 2-core machine half of it. With ``session.force_spinning_stop`` they spin during a run (its
-speed is unchanged) and stop when it returns. fastembed builds the session and exposes no such
-option, so the session it built is built again from its own options with this one added
-(docs/performance.md, "No spinning between runs").
+**Spinning between runs** (``runtime_spin``). The ONNX runtime's pool threads spin after a run
+returns, waiting for the next one: after one query embedding (~3 ms of work) they keep a core
+busy for ~40 ms. Calls that come in bursts find the threads (and, on a VM, the vCPU) awake and
+run faster; an idle server burns that core meanwhile. ``runtime_spin = false`` adds
+``session.force_spinning_stop``: the threads spin while a run lasts and stop when it returns.
+fastembed builds the session and exposes no such option, so the session it built is built again
+from its own options with this one added (docs/performance.md, "Spinning between runs").
 """
 
 from __future__ import annotations
