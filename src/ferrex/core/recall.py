@@ -3,6 +3,7 @@ reranking, recency boosts, token budget, freshness annotation and query-time con
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -660,7 +661,7 @@ class Recall:
                 value = cached.get((namespace, generation, model, hit, other))
                 if value is None:
                     missing.setdefault(hit, []).append(other)
-                elif value == value:  # NO_COSINE (NaN) is the one value unequal to itself
+                elif not math.isnan(value):  # NO_COSINE: the index gave none
                     out[(hit, other)] = value
         if missing:
             scored = self.index.dense_similarities(missing, model)
@@ -668,7 +669,7 @@ class Recall:
                 for other in rest:
                     value = scored.get((hit, other), NO_COSINE)
                     cached.put((namespace, generation, model, hit, other), value)
-                    if value == value:
+                    if not math.isnan(value):
                         out[(hit, other)] = value
         return out
 

@@ -125,7 +125,7 @@ class FastEmbedReranker:
         self.models_dir.mkdir(parents=True, exist_ok=True)
         if self.reranker_path is not None:
             name = register_local_cross_encoder(self.reranker_path)
-            return self._quiet(
+            return self._with_spin_setting(
                 TextCrossEncoder(
                     name,
                     cache_dir=str(self.models_dir),
@@ -143,14 +143,21 @@ class FastEmbedReranker:
                 )
         except Exception:
             return None
-        return self._quiet(model)
+        return self._with_spin_setting(model)
+
+    def _with_spin_setting(self, model: Any) -> Any:
+        """A loaded cross-encoder; with ``spin`` off, its runtime threads stop spinning between
+        runs (fastembed's model, its ONNX session inside; none: logged, loaded as is)."""
+        if not self.spin:
+            stop_spinning_between_runs(getattr(model, "model", None))
+        return model
 
     def _download(self) -> None:
         from fastembed.rerank.cross_encoder import TextCrossEncoder
 
         try:
             download(self.model_name, self.models_dir, reranker=True)  # progress on stderr
-            model = self._quiet(
+            model = self._with_spin_setting(
                 TextCrossEncoder(
                     self.model_name,
                     cache_dir=str(self.models_dir),
@@ -170,13 +177,6 @@ class FastEmbedReranker:
         log.info("reranker downloaded and loaded", model=self.model_name)
 
     # ------------------------------------------------------------------ scoring
-
-    def _quiet(self, model: Any) -> Any:
-        """A loaded cross-encoder; with ``spin`` off, its runtime threads stop spinning between
-        runs (fastembed's model, its ONNX session inside; none: logged, loaded as is)."""
-        if not self.spin:
-            stop_spinning_between_runs(getattr(model, "model", None))
-        return model
 
     def score(self, query: str, documents: Sequence[str]) -> list[float]:
         if self._model is None:

@@ -99,7 +99,7 @@ def stop_spinning_between_runs(owner: Any) -> None:
         log.warning("ONNX session not rebuilt: its providers changed", providers=providers)
         return
     owner.model = rebuilt
-    del session
+    del session  # the last reference to the first session: freed before the heap is trimmed
     release_freed_memory()
 
 
