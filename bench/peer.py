@@ -40,7 +40,7 @@ from corpus import queries  # noqa: E402
 from ferrex.embed.models import prepare_bundled_model  # noqa: E402
 from ferrex.logs import configure  # noqa: E402
 from ferrex.server.calls import run_tool  # noqa: E402
-from latency import ferrex_params, minimal_params, ratio, summary  # noqa: E402
+from latency import engine_request, ferrex_params, minimal_params, ratio, summary  # noqa: E402
 from stores import (  # noqa: E402
     cache_root,
     cached_store,
@@ -119,11 +119,12 @@ async def side_by_side(
     texts: list[str],
     tier: str,
     embed: Any,
+    engine: Any,
     in_process: Any,
     settings: dict[str, str],
     gap: float = 0.0,
 ) -> dict[str, Any]:
-    names = ("ferrex", "peer", "sdk", "embed_query", "ferrex_in_process")
+    names = ("ferrex", "peer", "sdk", "embed_query", "engine", "ferrex_in_process")
     samples: dict[str, list[float]] = {k: [] for k in names}
     sizes: dict[str, list[int]] = {"ferrex": [], "peer": []}
     async with (
@@ -151,8 +152,10 @@ async def side_by_side(
             samples["sdk"].append(time.perf_counter() - start)
             await anyio.sleep(gap)
             start = time.perf_counter()
-            embed(text)
+            dense = embed(text)
             samples["embed_query"].append(time.perf_counter() - start)
+            await anyio.sleep(gap)
+            samples["engine"].append(engine(dense, text))
             await anyio.sleep(gap)
             start = time.perf_counter()
             in_process(text)
@@ -212,6 +215,16 @@ def main() -> int:
         service = open_service(embedder_dir, args.model_tier, args.set)
         service.cache.enabled = False  # as the MCP server in this run (latency.ferrex_params)
 
+        shard = service.index.shard  # type: ignore[attr-defined]
+
+        def engine(dense: Any, text: str) -> float:
+            # Seconds of the raw engine query of ferrex's hybrid recall (both channels, one
+            # call; the request built untimed), as in bench/latency.py: the floor's "engine query".
+            request = engine_request(service, dense, service.sparse.encode_query(text))
+            start = time.perf_counter()
+            shard.query_batch(request)
+            return time.perf_counter() - start
+
         def in_process(text: str) -> None:
             # The same recall without MCP: the difference is what the transport costs. The
             # query differs from the MCP call's by one character so that no query-embedding
@@ -226,6 +239,7 @@ def main() -> int:
                     questions,
                     args.model_tier,
                     service.embedder.embed_query,
+                    engine,
                     in_process,
                     settings,
                     args.gap / 1000,
@@ -233,12 +247,13 @@ def main() -> int:
             )
         finally:
             service.close()
-    floor = result["embed_query"]["p50"] + result["sdk"]["p50"]
+    # The floor: one query embedding + one engine query + one SDK round trip.
+    floor = result["embed_query"]["p50"] + result["engine"]["p50"] + result["sdk"]["p50"]
     print(
         f"{args.size:,} memories, {args.queries} queries, interleaved (p50 / p95 ms)"
         f"{', ferrex with ' + ' '.join(args.set) if args.set else ''}"
         f"{f', {args.gap:g} ms idle before each call' if args.gap else ''}:\n\n"
-        "| server | find / recall p50 / p95 | ÷ (embed + SDK trip) | answer chars p50 |\n"
+        "| server | find / recall p50 / p95 | ÷ (embed + engine + SDK trip) | answer chars p50 |\n"
         "|---|---|---|---|"
     )
     for name in ("ferrex", "peer"):
@@ -249,7 +264,8 @@ def main() -> int:
         )
     versus = ratio(result["ferrex"]["p50"], result["peer"]["p50"])
     print(
-        f"\nfloors: query embedding {result['embed_query']['p50']:.2f} ms, SDK round trip "
+        f"\nfloors: query embedding {result['embed_query']['p50']:.2f} ms, engine query "
+        f"{result['engine']['p50']:.2f} ms, SDK round trip "
         f"{result['sdk']['p50']:.2f} ms; ferrex ÷ peer {versus}; ferrex in-process recall "
         f"{result['ferrex_in_process']['p50']:.2f} ms (the rest of its MCP time is transport)"
     )
