@@ -27,7 +27,7 @@ from ferrex.core.errors import FerrexError
 from ferrex.runtime.shared import SharedBackend
 from ferrex.server import resources
 from ferrex.server.tools import INSTRUCTIONS, TOOL_NAMES, build_tools
-from ferrex.server.wire import CheckedLines, stdin_lines
+from ferrex.server.wire import CheckedLines, stdin_lines, stdout_writer
 
 log = structlog.get_logger("ferrex.server")
 
@@ -211,11 +211,12 @@ async def serve_stdio(
             tasks.start_soon(watch_signals, tasks.cancel_scope)
             tasks.start_soon(start_backend, tasks)
             lines = CheckedLines(stdin_lines())
-            async with stdio_server(stdin=lines) as (read_stream, write_stream):  # type: ignore[arg-type]
-                lines.attach(write_stream)
-                await app.server.run(
-                    read_stream, write_stream, app.server.create_initialization_options()
-                )
+            with stdout_writer() as out:
+                async with stdio_server(stdin=lines, stdout=out) as (read_stream, write_stream):  # type: ignore[arg-type]
+                    lines.attach(write_stream)
+                    await app.server.run(
+                        read_stream, write_stream, app.server.create_initialization_options()
+                    )
             # Input ended: a store or model this configuration cannot open is still reported
             # (and sets the exit status), as if the engine had opened at spawn.
             app.wanted.set()

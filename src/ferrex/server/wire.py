@@ -6,6 +6,11 @@ client waits for its answer forever. ``CheckedLines`` sits between stdin and the
 valid lines pass through unchanged; for an invalid one it sends the JSON-RPC error the spec
 asks for (-32700 parse error, -32600 invalid request) with the request's id when it can be
 read, ``null`` otherwise. Notifications (no id) get no reply, as JSON-RPC requires.
+
+When stdin and stdout are pipes or sockets (as an MCP client spawns a server), lines are read
+and answers written on the event loop itself (``LoopLines``, ``LoopWriter``): the SDK's own
+file streams hand every read, write and flush to a worker thread and back, and each such hand-off
+wakes two threads (docs/performance.md). Anything else (a terminal, a file) keeps them.
 """
 
 from __future__ import annotations
@@ -14,10 +19,13 @@ import contextlib
 import io
 import json
 import os
-from collections.abc import AsyncIterator
+import stat
+import sys
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import mcp_types as types
 import structlog
 from mcp.shared.message import SessionMessage
@@ -31,12 +39,124 @@ PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 
 
+READ_CHUNK = 1 << 16
+
+
+def _pipe_or_socket(fd: int) -> bool:
+    """Whether the event loop can wait on ``fd`` (epoll refuses regular files; a terminal is
+    left to the blocking streams, as it is shared with the shell)."""
+    if sys.platform == "win32":
+        return False
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
 def stdin_lines() -> Any:
     """UTF-8 lines of a private duplicate of fd 0 (closing it never closes the real stdin)."""
+    if _pipe_or_socket(0):
+        return LoopLines(os.dup(0))
     raw = os.fdopen(os.dup(0), "rb")
     # Invalid bytes become lone surrogates (never U+FFFD, which would store altered text): the
     # SDK refuses such a line and CheckedLines answers it (a tool call: invalid_params).
     return anyio.wrap_file(io.TextIOWrapper(raw, encoding="utf-8", errors="surrogateescape"))
+
+
+class LoopLines:
+    """Lines of a pipe or socket, read on the event loop: wait until the descriptor is
+    readable, then read what is there (a read after readiness does not block). Each line is
+    decoded whole, invalid bytes as lone surrogates, as ``stdin_lines`` decodes them; a last
+    line without its newline still counts."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._pending = bytearray()
+        self._scanned = 0  # bytes of ``_pending`` known to hold no newline (a long line)
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._lines()
+
+    async def _lines(self) -> AsyncIterator[str]:
+        try:
+            while True:
+                newline = self._pending.find(b"\n", self._scanned)
+                if newline >= 0:
+                    line = bytes(self._pending[: newline + 1])
+                    del self._pending[: newline + 1]
+                    self._scanned = 0
+                    yield line.decode("utf-8", errors="surrogateescape")
+                    continue
+                self._scanned = len(self._pending)
+                await anyio.wait_readable(self.fd)
+                try:
+                    chunk = os.read(self.fd, READ_CHUNK)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    if self._pending:
+                        yield bytes(self._pending).decode("utf-8", errors="surrogateescape")
+                    return
+                self._pending += chunk
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+
+
+class LoopWriter:
+    """The SDK transport's stdout, written on the event loop: a non-blocking descriptor of the
+    wire's own, written until all of a message is out (waiting for room when the pipe is full,
+    so the loop serves other work meanwhile). ``flush`` has nothing left to do."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    async def write(self, text: str) -> int:
+        data = memoryview(text.encode("utf-8"))
+        while data:
+            try:
+                written = os.write(self.fd, data)
+            except BlockingIOError:
+                await anyio.wait_writable(self.fd)
+                continue
+            data = data[written:]
+        return len(text)
+
+    async def flush(self) -> None:
+        await anyio.lowlevel.checkpoint()
+
+
+def _same_file(a: int, b: int) -> bool:
+    try:
+        first, second = os.fstat(a), os.fstat(b)
+    except OSError:
+        return False
+    return (first.st_dev, first.st_ino) == (second.st_dev, second.st_ino)
+
+
+@contextlib.contextmanager
+def stdout_writer() -> Iterator[LoopWriter | None]:
+    """A ``LoopWriter`` of the wire when stdout is a pipe or socket of its own (not stderr's
+    too: non-blocking is a property of the file both would share), else None (the SDK's
+    transport claims stdout itself). Meanwhile fd 1 points at stderr, as the SDK's own claim
+    does: stray output of a library misses the wire. Restored on exit."""
+    if not _pipe_or_socket(1) or _same_file(1, 2):
+        yield None
+        return
+    import fcntl
+
+    wire = fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, 3)
+    os.set_blocking(wire, False)
+    os.dup2(2, 1)
+    try:
+        yield LoopWriter(wire)
+    finally:
+        with contextlib.suppress(OSError):
+            os.set_blocking(wire, True)
+            os.dup2(wire, 1)
+        with contextlib.suppress(OSError):
+            os.close(wire)
 
 
 def _has_id(line: str) -> bool:
