@@ -27,7 +27,7 @@ from ferrex.core.errors import FerrexError
 from ferrex.runtime.shared import SharedBackend
 from ferrex.server import resources
 from ferrex.server.tools import INSTRUCTIONS, TOOL_NAMES, build_tools
-from ferrex.server.wire import CheckedLines, stdin_lines, stdout_writer
+from ferrex.server.wire import CheckedLines, stdio_wire
 
 log = structlog.get_logger("ferrex.server")
 
@@ -206,26 +206,27 @@ async def serve_stdio(
                 sys.stderr.flush()
                 os._exit(0)
 
-    try:
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(watch_signals, tasks.cancel_scope)
-            tasks.start_soon(start_backend, tasks)
-            lines = CheckedLines(stdin_lines())
-            with stdout_writer() as out:
+    # fd 0 and fd 1 stay pointed away from the wire until the backend has closed.
+    with stdio_wire() as (source, out):
+        try:
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(watch_signals, tasks.cancel_scope)
+                tasks.start_soon(start_backend, tasks)
+                lines = CheckedLines(source)
                 async with stdio_server(stdin=lines, stdout=out) as (read_stream, write_stream):  # type: ignore[arg-type]
                     lines.attach(write_stream)
                     await app.server.run(
                         read_stream, write_stream, app.server.create_initialization_options()
                     )
-            # Input ended: a store or model this configuration cannot open is still reported
-            # (and sets the exit status), as if the engine had opened at spawn.
-            app.wanted.set()
-            await app.ready.wait()
-            tasks.cancel_scope.cancel()
-    finally:
-        with anyio.CancelScope(shield=True):
-            await backend.aclose()
-        log.info("ferrex stopped")
+                # Input ended: a store or model this configuration cannot open is still
+                # reported (and sets the exit status), as if the engine had opened at spawn.
+                app.wanted.set()
+                await app.ready.wait()
+                tasks.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await backend.aclose()
+            log.info("ferrex stopped")
 
 
 def _exit_status(exc: BaseException) -> int:

@@ -8,9 +8,9 @@ asks for (-32700 parse error, -32600 invalid request) with the request's id when
 read, ``null`` otherwise. Notifications (no id) get no reply, as JSON-RPC requires.
 
 When stdin and stdout are pipes or sockets (as an MCP client spawns a server), lines are read
-and answers written on the event loop itself (``LoopLines``, ``LoopWriter``): the SDK's own
-file streams hand every read, write and flush to a worker thread and back, and each such hand-off
-wakes two threads (docs/performance.md). Anything else (a terminal, a file) keeps them.
+and answers written on the event loop itself (``stdio_wire``): the SDK's own file streams hand
+every read, write and flush to a worker thread and back, and each such hand-off wakes two
+threads (docs/performance.md). Anything else (a terminal, a file) keeps them.
 """
 
 from __future__ import annotations
@@ -19,10 +19,14 @@ import contextlib
 import io
 import json
 import os
+import socket
 import stat
 import sys
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
+
+if sys.platform != "win32":
+    import fcntl
 
 import anyio
 import anyio.lowlevel
@@ -42,36 +46,59 @@ INVALID_REQUEST = -32600
 READ_CHUNK = 1 << 16
 
 
-def _pipe_or_socket(fd: int) -> bool:
-    """Whether the event loop can wait on ``fd`` (epoll refuses regular files; a terminal is
-    left to the blocking streams, as it is shared with the shell)."""
-    if sys.platform == "win32":
-        return False
-    try:
-        mode = os.fstat(fd).st_mode
-    except OSError:
-        return False
-    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+class WireEnd:
+    """One end of the client's pipe or socket, read or written without ever blocking and
+    without changing a flag of a file another process may share (a launcher's own stdout, a
+    socket that is stdin and stdout at once): a pipe is opened again through ``/proc/self/fd``
+    (Linux: a file of this process's own on the same pipe) and made non-blocking; a socket is
+    read and written with ``MSG_DONTWAIT``. Elsewhere (a terminal, a file, a macOS pipe) there
+    is none and the SDK's blocking streams serve."""
 
+    def __init__(self, fd: int, sock: socket.socket | None = None) -> None:
+        self.fd = fd
+        self.sock = sock
 
-def stdin_lines() -> Any:
-    """UTF-8 lines of a private duplicate of fd 0 (closing it never closes the real stdin)."""
-    if _pipe_or_socket(0):
-        return LoopLines(os.dup(0))
-    raw = os.fdopen(os.dup(0), "rb")
-    # Invalid bytes become lone surrogates (never U+FFFD, which would store altered text): the
-    # SDK refuses such a line and CheckedLines answers it (a tool call: invalid_params).
-    return anyio.wrap_file(io.TextIOWrapper(raw, encoding="utf-8", errors="surrogateescape"))
+    @classmethod
+    def of(cls, fd: int, *, writing: bool) -> WireEnd | None:
+        try:
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISSOCK(mode) and hasattr(socket, "MSG_DONTWAIT"):
+                sock = socket.socket(fileno=os.dup(fd))
+                return cls(sock.fileno(), sock)
+            if stat.S_ISFIFO(mode) and sys.platform.startswith("linux"):
+                flags = (os.O_WRONLY if writing else os.O_RDONLY) | os.O_NONBLOCK | os.O_CLOEXEC
+                return cls(os.open(f"/proc/self/fd/{fd}", flags))
+        except OSError:
+            pass
+        return None
+
+    def read(self, size: int) -> bytes:
+        """What is there, up to ``size`` bytes (b"" at the end); BlockingIOError if nothing."""
+        if self.sock is not None:
+            return self.sock.recv(size, socket.MSG_DONTWAIT)
+        return os.read(self.fd, size)
+
+    def write(self, data: memoryview) -> int:
+        """Bytes written (some, when the pipe is nearly full); BlockingIOError if none fit."""
+        if self.sock is not None:
+            return self.sock.send(data, socket.MSG_DONTWAIT)
+        return os.write(self.fd, data)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            if self.sock is not None:
+                self.sock.close()
+            else:
+                os.close(self.fd)
 
 
 class LoopLines:
-    """Lines of a pipe or socket, read on the event loop: wait until the descriptor is
-    readable, then read what is there (a read after readiness does not block). Each line is
-    decoded whole, invalid bytes as lone surrogates, as ``stdin_lines`` decodes them; a last
-    line without its newline still counts."""
+    """Lines of the wire, read on the event loop: wait until it is readable, read what is there.
+    Each line is decoded whole, invalid bytes as lone surrogates (as ``stdin_lines`` decodes
+    them, so ``CheckedLines`` answers such a line); a last line without its newline counts."""
 
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
+    def __init__(self, end: WireEnd) -> None:
+        self.end = end
         self._pending = bytearray()
         self._scanned = 0  # bytes of ``_pending`` known to hold no newline (a long line)
 
@@ -79,46 +106,43 @@ class LoopLines:
         return self._lines()
 
     async def _lines(self) -> AsyncIterator[str]:
-        try:
-            while True:
-                newline = self._pending.find(b"\n", self._scanned)
-                if newline >= 0:
-                    line = bytes(self._pending[: newline + 1])
-                    del self._pending[: newline + 1]
-                    self._scanned = 0
-                    yield line.decode("utf-8", errors="surrogateescape")
-                    continue
-                self._scanned = len(self._pending)
-                await anyio.wait_readable(self.fd)
-                try:
-                    chunk = os.read(self.fd, READ_CHUNK)
-                except BlockingIOError:
-                    continue
-                if not chunk:
-                    if self._pending:
-                        yield bytes(self._pending).decode("utf-8", errors="surrogateescape")
-                    return
-                self._pending += chunk
-        finally:
-            with contextlib.suppress(OSError):
-                os.close(self.fd)
+        while True:
+            newline = self._pending.find(b"\n", self._scanned)
+            if newline >= 0:
+                line = bytes(self._pending[: newline + 1])
+                del self._pending[: newline + 1]
+                self._scanned = 0
+                yield line.decode("utf-8", errors="surrogateescape")
+                continue
+            self._scanned = len(self._pending)
+            await anyio.wait_readable(self.end.fd)
+            try:
+                chunk = self.end.read(READ_CHUNK)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                if self._pending:
+                    yield bytes(self._pending).decode("utf-8", errors="surrogateescape")
+                return
+            self._pending += chunk
 
 
 class LoopWriter:
-    """The SDK transport's stdout, written on the event loop: a non-blocking descriptor of the
-    wire's own, written until all of a message is out (waiting for room when the pipe is full,
-    so the loop serves other work meanwhile). ``flush`` has nothing left to do."""
+    """The SDK transport's stdout, written on the event loop until all of a message is out,
+    waiting for room when the pipe is full (the loop serves other work meanwhile). A message
+    is encoded and handed over whole, so no other write comes between its parts; ``flush`` has
+    nothing left to do."""
 
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
+    def __init__(self, end: WireEnd) -> None:
+        self.end = end
 
     async def write(self, text: str) -> int:
         data = memoryview(text.encode("utf-8"))
         while data:
             try:
-                written = os.write(self.fd, data)
+                written = self.end.write(data)
             except BlockingIOError:
-                await anyio.wait_writable(self.fd)
+                await anyio.wait_writable(self.end.fd)
                 continue
             data = data[written:]
         return len(text)
@@ -127,36 +151,70 @@ class LoopWriter:
         await anyio.lowlevel.checkpoint()
 
 
-def _same_file(a: int, b: int) -> bool:
-    try:
-        first, second = os.fstat(a), os.fstat(b)
-    except OSError:
-        return False
-    return (first.st_dev, first.st_ino) == (second.st_dev, second.st_ino)
+def stdin_lines() -> Any:
+    """UTF-8 lines of a private duplicate of fd 0 (closing it never closes the real stdin),
+    read by a worker thread (the SDK's way; ``stdio_wire`` reads on the loop where it can)."""
+    raw = os.fdopen(os.dup(0), "rb")
+    # Invalid bytes become lone surrogates (never U+FFFD, which would store altered text): the
+    # SDK refuses such a line and CheckedLines answers it (a tool call: invalid_params).
+    return anyio.wrap_file(io.TextIOWrapper(raw, encoding="utf-8", errors="surrogateescape"))
+
+
+def _flush_stdout() -> None:
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
 
 
 @contextlib.contextmanager
-def stdout_writer() -> Iterator[LoopWriter | None]:
-    """A ``LoopWriter`` of the wire when stdout is a pipe or socket of its own (not stderr's
-    too: non-blocking is a property of the file both would share), else None (the SDK's
-    transport claims stdout itself). Meanwhile fd 1 points at stderr, as the SDK's own claim
-    does: stray output of a library misses the wire. Restored on exit."""
-    if not _pipe_or_socket(1) or _same_file(1, 2):
-        yield None
+def stdio_wire() -> Iterator[tuple[Any, LoopWriter | None]]:
+    """The request lines and the answers' writer for the SDK's stdio transport, for the whole
+    time the server serves. When stdin and stdout are both a pipe or socket ``WireEnd`` can
+    use: ``LoopLines`` and a ``LoopWriter``, with fd 0 pointed at /dev/null and fd 1 at stderr
+    meanwhile (as the SDK's own claim of them does: a child process reads no request, a
+    library's stray output misses the wire; Python's buffered stdout is flushed before each
+    switch) and both restored on exit. Otherwise the SDK's blocking streams: ``stdin_lines``,
+    and None (the SDK claims stdout itself)."""
+    reader = WireEnd.of(0, writing=False) if sys.platform != "win32" else None
+    writer = WireEnd.of(1, writing=True) if reader is not None else None
+    if reader is None or writer is None:
+        if reader is not None:
+            reader.close()
+        yield stdin_lines(), None
         return
-    import fcntl
-
-    wire = fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, 3)
-    os.set_blocking(wire, False)
-    os.dup2(2, 1)
+    saved: list[tuple[int, int]] = []
     try:
-        yield LoopWriter(wire)
+        _flush_stdout()
+        for fd, target in ((0, os.devnull), (1, None)):
+            kept = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+            saved.append((fd, kept))
+            if target is None:
+                os.dup2(2, fd)
+            else:
+                diversion = os.open(target, os.O_RDONLY)
+                os.dup2(diversion, fd)
+                os.close(diversion)
+    except OSError as exc:
+        log.warning("stdio stays on the SDK's streams", error=str(exc)[:200])
+        _restore(saved)
+        reader.close()
+        writer.close()
+        yield stdin_lines(), None
+        return
+    try:
+        yield LoopLines(reader), LoopWriter(writer)
     finally:
+        _flush_stdout()
+        _restore(saved)
+        reader.close()
+        writer.close()
+
+
+def _restore(saved: list[tuple[int, int]]) -> None:
+    for fd, kept in reversed(saved):
         with contextlib.suppress(OSError):
-            os.set_blocking(wire, True)
-            os.dup2(wire, 1)
+            os.dup2(kept, fd)
         with contextlib.suppress(OSError):
-            os.close(wire)
+            os.close(kept)
 
 
 def _has_id(line: str) -> bool:
