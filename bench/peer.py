@@ -1,6 +1,6 @@
 """ferrex recall beside mcp-server-qdrant 0.8's find, through real MCP stdio clients, one run.
 
-    python bench/peer.py [--size 1000] [--queries 200]
+    python bench/peer.py [--size 1000] [--queries 200] [--gap MS] [--client python|node]
 
 The peer installs from PyPI into a virtualenv of its own (``$FERREX_BENCH_CACHE/peer-venv``,
 created here) and embeds with the same model files ferrex's ``offline`` extra uses: its
@@ -11,6 +11,12 @@ its texts stored into the peer through its own ``qdrant-store`` tool, once, cach
 the same queries, interleaved query by query with one SDK round trip of the minimal server and
 one query embedding, so the machine's load hits all alike. The peer is dense-only
 (qdrant-client local mode); ferrex is hybrid (dense + BM25, fused, reranked by rules).
+
+``--client node`` makes the three MCP calls of each question from ``@modelcontextprotocol/sdk``
+(the TypeScript SDK most MCP hosts are built on; ``bench/node_client.cjs``, installed from npm
+into ``$FERREX_BENCH_CACHE/npm``) instead of the Python SDK: each client checks structured
+content against the tool's output schema as its SDK does (ajv there, ``jsonschema`` here). The
+floors stay in this process, question by question after the Node client's three calls.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ from stores import (  # noqa: E402
 )
 
 PEER = "mcp-server-qdrant==0.8.*"
+NODE_SDK = "@modelcontextprotocol/sdk@1.32.2"
 COLLECTION = "bench"
 
 
@@ -60,6 +67,18 @@ def peer_venv() -> Path:
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         subprocess.run([str(venv / "bin" / "pip"), "install", "-q", PEER], check=True)
     return venv
+
+
+def node_modules() -> Path:
+    """A node_modules with the TypeScript MCP SDK, installed once into the bench cache."""
+    directory = cache_root() / "npm"
+    if not (directory / "node_modules" / "@modelcontextprotocol" / "sdk" / "package.json").exists():
+        directory.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            ["npm", "install", "--prefix", str(directory), "--no-audit", "--no-fund", NODE_SDK],
+            check=True,
+        )
+    return directory
 
 
 def peer_model_cache() -> Path:
@@ -169,6 +188,79 @@ async def side_by_side(
     return out
 
 
+def side_by_side_node(
+    ferrex_data: Path,
+    peer: StdioServerParameters,
+    texts: list[str],
+    tier: str,
+    embed: Any,
+    engine: Any,
+    in_process: Any,
+    settings: dict[str, str],
+    gap: float = 0.0,
+) -> dict[str, Any]:
+    """``side_by_side`` with the MCP calls made by the TypeScript SDK's client."""
+    servers = {
+        name: {
+            "command": params.command,
+            "args": list(params.args),
+            **({"env": dict(params.env)} if params.env is not None else {}),
+        }
+        for name, params in (
+            ("ferrex", ferrex_params(ferrex_data, tier, settings)),
+            ("peer", peer),
+            ("sdk", minimal_params()),
+        )
+    }
+    names = ("ferrex", "peer", "sdk", "embed_query", "engine", "ferrex_in_process")
+    samples: dict[str, list[float]] = {k: [] for k in names}
+    sizes: dict[str, list[int]] = {"ferrex": [], "peer": []}
+    spec = json.dumps({"servers": servers, "gap_ms": gap * 1000})
+    script = str(BENCH / "node_client.cjs")
+    with subprocess.Popen(
+        ["node", script, str(node_modules()), spec],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        bufsize=1,
+    ) as node:
+        assert node.stdin is not None and node.stdout is not None
+
+        def ask(text: str, warm: bool) -> dict[str, Any]:
+            assert node.stdin is not None and node.stdout is not None
+            node.stdin.write(json.dumps({"query": text, "warm": warm}) + "\n")
+            node.stdin.flush()
+            line = node.stdout.readline()
+            if not line:
+                raise RuntimeError("the Node client ended; see its error output above")
+            answer: dict[str, Any] = json.loads(line)
+            return answer
+
+        for text in texts[:10]:
+            ask(text + " warm", True)
+        for text in texts:
+            answer = ask(text, False)
+            for name in ("ferrex", "peer", "sdk"):
+                samples[name].append(answer["ms"][name] / 1000)
+            for name in ("ferrex", "peer"):
+                sizes[name].append(int(answer["chars"][name]))
+            time.sleep(gap)
+            start = time.perf_counter()
+            dense = embed(text)
+            samples["embed_query"].append(time.perf_counter() - start)
+            time.sleep(gap)
+            samples["engine"].append(engine(dense, text))
+            time.sleep(gap)
+            start = time.perf_counter()
+            in_process(text)
+            samples["ferrex_in_process"].append(time.perf_counter() - start)
+        node.stdin.close()
+        node.wait(timeout=60)
+    out: dict[str, Any] = {k: summary(v) for k, v in samples.items()}
+    out["answer_chars_p50"] = {k: sorted(v)[len(v) // 2] for k, v in sizes.items()}
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -193,6 +285,13 @@ def main() -> int:
         help="idle milliseconds before every measured call: an ONNX runtime that spins after a "
         "run (the peer's: ~40 ms) then slows no other measurement, and every call is measured "
         "as an agent makes it, after a pause (0: back to back, as before)",
+    )
+    parser.add_argument(
+        "--client",
+        choices=("python", "node"),
+        default="python",
+        help="the MCP client of the measured calls: the Python SDK's (this process) or the "
+        "TypeScript SDK's (bench/node_client.cjs, from npm)",
     )
     args = parser.parse_args()
     settings = setting_env(args.set)
@@ -231,20 +330,22 @@ def main() -> int:
             # cache can serve it.
             run_tool(service, "recall", {"query": text + "?", "limit": 10})
 
+        run_args = (
+            ferrex_data,
+            peer_params(venv, work / "peer"),
+            questions,
+            args.model_tier,
+            service.embedder.embed_query,
+            engine,
+            in_process,
+            settings,
+            args.gap / 1000,
+        )
         try:
-            result = asyncio.run(
-                side_by_side(
-                    ferrex_data,
-                    peer_params(venv, work / "peer"),
-                    questions,
-                    args.model_tier,
-                    service.embedder.embed_query,
-                    engine,
-                    in_process,
-                    settings,
-                    args.gap / 1000,
-                )
-            )
+            if args.client == "node":
+                result = side_by_side_node(*run_args)
+            else:
+                result = asyncio.run(side_by_side(*run_args))
         finally:
             service.close()
     # The issue's floor: one query embedding + one engine query + one SDK round trip.
@@ -252,7 +353,8 @@ def main() -> int:
     print(
         f"{args.size:,} memories, {args.queries} queries, interleaved (p50 / p95 ms)"
         f"{', ferrex with ' + ' '.join(args.set) if args.set else ''}"
-        f"{f', {args.gap:g} ms idle before each call' if args.gap else ''}:\n\n"
+        f"{f', {args.gap:g} ms idle before each call' if args.gap else ''}"
+        f"{', TypeScript SDK client' if args.client == 'node' else ''}:\n\n"
         "| server | find / recall p50 / p95 | ÷ (embed + engine + SDK trip) | answer chars p50 |\n"
         "|---|---|---|---|"
     )
@@ -274,6 +376,7 @@ def main() -> int:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     result["settings"] = args.set
     result["gap_ms"] = args.gap
+    result["client"] = args.client
     (out / f"peer-{stamp}.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
     return 0
 
