@@ -371,6 +371,12 @@ def main() -> int:
         f"{result['sdk']['p50']:.2f} ms; ferrex ÷ peer {versus}; ferrex in-process recall "
         f"{result['ferrex_in_process']['p50']:.2f} ms (the rest of its MCP time is transport)"
     )
+    if args.client == "node":
+        print(
+            "(with the Node client this process idles while it calls, and its first model run "
+            "after that reads slow: 9.9 ms against 4.9 ms with the Python client minutes apart, "
+            "2026-12-05. Compare ferrex ÷ peer; the floor ratios read low.)"
+        )
     out = BENCH / "results"
     out.mkdir(exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
