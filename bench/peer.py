@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -132,23 +133,58 @@ async def fill_peer(venv: Path, data: Path, texts: list[str]) -> float:
     return time.perf_counter() - start
 
 
-async def side_by_side(
-    ferrex_data: Path,
-    peer: StdioServerParameters,
-    texts: list[str],
-    tier: str,
-    embed: Any,
-    engine: Any,
-    in_process: Any,
-    settings: dict[str, str],
-    gap: float = 0.0,
-) -> dict[str, Any]:
-    names = ("ferrex", "peer", "sdk", "embed_query", "engine", "ferrex_in_process")
-    samples: dict[str, list[float]] = {k: [] for k in names}
-    sizes: dict[str, list[int]] = {"ferrex": [], "peer": []}
+@dataclass
+class Run:
+    """One side-by-side run: the two servers, the questions, the pause before every measured
+    call, and the floors measured in this process after each question's MCP calls."""
+
+    ferrex_data: Path
+    peer: StdioServerParameters
+    texts: list[str]
+    tier: str
+    settings: dict[str, str]
+    gap: float
+    service: Any  # the in-process copy of ferrex: the floors and the in-process recall
+    samples: dict[str, list[float]] = field(
+        default_factory=lambda: {
+            k: [] for k in ("ferrex", "peer", "sdk", "embed_query", "engine", "ferrex_in_process")
+        }
+    )
+    sizes: dict[str, list[int]] = field(default_factory=lambda: {"ferrex": [], "peer": []})
+
+    def floors(self, text: str) -> None:
+        """The query embedding, the raw engine query of ferrex's hybrid recall (both channels,
+        one call, the request built untimed, as in bench/latency.py) and the in-process recall
+        of ``text``, each after the pause (nothing is in flight meanwhile)."""
+        service = self.service
+        time.sleep(self.gap)
+        start = time.perf_counter()
+        dense = service.embedder.embed_query(text)
+        self.samples["embed_query"].append(time.perf_counter() - start)
+        request = engine_request(service, dense, service.sparse.encode_query(text))
+        time.sleep(self.gap)
+        start = time.perf_counter()
+        service.index.shard.query_batch(request)
+        self.samples["engine"].append(time.perf_counter() - start)
+        time.sleep(self.gap)
+        start = time.perf_counter()
+        # The same recall without MCP: the difference is what the transport costs. The query
+        # differs from the MCP call's by one character so that no query-embedding cache can
+        # serve it.
+        run_tool(service, "recall", {"query": text + "?", "limit": 10})
+        self.samples["ferrex_in_process"].append(time.perf_counter() - start)
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {k: summary(v) for k, v in self.samples.items()}
+        out["answer_chars_p50"] = {k: sorted(v)[len(v) // 2] for k, v in self.sizes.items()}
+        return out
+
+
+async def side_by_side(run: Run) -> dict[str, Any]:
+    texts, gap, samples, sizes = run.texts, run.gap, run.samples, run.sizes
     async with (
-        Client(ferrex_params(ferrex_data, tier, settings), mode="legacy") as ferrex,
-        Client(peer, mode="legacy") as other,
+        Client(ferrex_params(run.ferrex_data, run.tier, run.settings), mode="legacy") as ferrex,
+        Client(run.peer, mode="legacy") as other,
         Client(minimal_params(), mode="legacy") as minimal,
     ):
         await ferrex.call_tool("stats", {})
@@ -169,36 +205,15 @@ async def side_by_side(
             start = time.perf_counter()
             await minimal.call_tool("echo", {"text": text})
             samples["sdk"].append(time.perf_counter() - start)
-            await anyio.sleep(gap)
-            start = time.perf_counter()
-            dense = embed(text)
-            samples["embed_query"].append(time.perf_counter() - start)
-            await anyio.sleep(gap)
-            samples["engine"].append(engine(dense, text))
-            await anyio.sleep(gap)
-            start = time.perf_counter()
-            in_process(text)
-            samples["ferrex_in_process"].append(time.perf_counter() - start)
+            run.floors(text)
             for name, result in (("ferrex", mine), ("peer", theirs)):
                 if result.is_error:
                     raise RuntimeError(f"{name} failed: {result.content}")
                 sizes[name].append(len(json.dumps(result.model_dump(mode="json", by_alias=True))))
-    out: dict[str, Any] = {k: summary(v) for k, v in samples.items()}
-    out["answer_chars_p50"] = {k: sorted(v)[len(v) // 2] for k, v in sizes.items()}
-    return out
+    return run.summary()
 
 
-def side_by_side_node(
-    ferrex_data: Path,
-    peer: StdioServerParameters,
-    texts: list[str],
-    tier: str,
-    embed: Any,
-    engine: Any,
-    in_process: Any,
-    settings: dict[str, str],
-    gap: float = 0.0,
-) -> dict[str, Any]:
+def side_by_side_node(run: Run) -> dict[str, Any]:
     """``side_by_side`` with the MCP calls made by the TypeScript SDK's client."""
     servers = {
         name: {
@@ -207,15 +222,12 @@ def side_by_side_node(
             **({"env": dict(params.env)} if params.env is not None else {}),
         }
         for name, params in (
-            ("ferrex", ferrex_params(ferrex_data, tier, settings)),
-            ("peer", peer),
+            ("ferrex", ferrex_params(run.ferrex_data, run.tier, run.settings)),
+            ("peer", run.peer),
             ("sdk", minimal_params()),
         )
     }
-    names = ("ferrex", "peer", "sdk", "embed_query", "engine", "ferrex_in_process")
-    samples: dict[str, list[float]] = {k: [] for k in names}
-    sizes: dict[str, list[int]] = {"ferrex": [], "peer": []}
-    spec = json.dumps({"servers": servers, "gap_ms": gap * 1000})
+    spec = json.dumps({"servers": servers, "gap_ms": run.gap * 1000})
     script = str(BENCH / "node_client.cjs")
     with subprocess.Popen(
         ["node", script, str(node_modules()), spec],
@@ -236,29 +248,18 @@ def side_by_side_node(
             answer: dict[str, Any] = json.loads(line)
             return answer
 
-        for text in texts[:10]:
+        for text in run.texts[:10]:
             ask(text + " warm", True)
-        for text in texts:
+        for text in run.texts:
             answer = ask(text, False)
             for name in ("ferrex", "peer", "sdk"):
-                samples[name].append(answer["ms"][name] / 1000)
+                run.samples[name].append(answer["ms"][name] / 1000)
             for name in ("ferrex", "peer"):
-                sizes[name].append(int(answer["chars"][name]))
-            time.sleep(gap)
-            start = time.perf_counter()
-            dense = embed(text)
-            samples["embed_query"].append(time.perf_counter() - start)
-            time.sleep(gap)
-            samples["engine"].append(engine(dense, text))
-            time.sleep(gap)
-            start = time.perf_counter()
-            in_process(text)
-            samples["ferrex_in_process"].append(time.perf_counter() - start)
+                run.sizes[name].append(int(answer["chars"][name]))
+            run.floors(text)
         node.stdin.close()
         node.wait(timeout=60)
-    out: dict[str, Any] = {k: summary(v) for k, v in samples.items()}
-    out["answer_chars_p50"] = {k: sorted(v)[len(v) // 2] for k, v in sizes.items()}
-    return out
+    return run.summary()
 
 
 def main() -> int:
@@ -314,38 +315,20 @@ def main() -> int:
         service = open_service(embedder_dir, args.model_tier, args.set)
         service.cache.enabled = False  # as the MCP server in this run (latency.ferrex_params)
 
-        shard = service.index.shard  # type: ignore[attr-defined]
-
-        def engine(dense: Any, text: str) -> float:
-            # Seconds of the raw engine query of ferrex's hybrid recall (both channels, one
-            # call; the request built untimed), as in bench/latency.py: the floor's "engine query".
-            request = engine_request(service, dense, service.sparse.encode_query(text))
-            start = time.perf_counter()
-            shard.query_batch(request)
-            return time.perf_counter() - start
-
-        def in_process(text: str) -> None:
-            # The same recall without MCP: the difference is what the transport costs. The
-            # query differs from the MCP call's by one character so that no query-embedding
-            # cache can serve it.
-            run_tool(service, "recall", {"query": text + "?", "limit": 10})
-
-        run_args = (
+        run = Run(
             ferrex_data,
             peer_params(venv, work / "peer"),
             questions,
             args.model_tier,
-            service.embedder.embed_query,
-            engine,
-            in_process,
             settings,
             args.gap / 1000,
+            service,
         )
         try:
             if args.client == "node":
-                result = side_by_side_node(*run_args)
+                result = side_by_side_node(run)
             else:
-                result = asyncio.run(side_by_side(*run_args))
+                result = asyncio.run(side_by_side(run))
         finally:
             service.close()
     # The issue's floor: one query embedding + one engine query + one SDK round trip.

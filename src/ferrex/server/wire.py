@@ -63,7 +63,12 @@ class WireEnd:
         try:
             mode = os.fstat(fd).st_mode
             if stat.S_ISSOCK(mode) and hasattr(socket, "MSG_DONTWAIT"):
-                sock = socket.socket(fileno=os.dup(fd))
+                own = os.dup(fd)
+                try:
+                    sock = socket.socket(fileno=own)
+                except OSError:
+                    os.close(own)
+                    raise
                 return cls(sock.fileno(), sock)
             if stat.S_ISFIFO(mode) and sys.platform.startswith("linux"):
                 flags = (os.O_WRONLY if writing else os.O_RDONLY) | os.O_NONBLOCK | os.O_CLOEXEC
