@@ -24,15 +24,25 @@ def _imports(path: Path) -> set[str]:
     return found
 
 
+def _core_modules() -> dict[str, Path]:
+    """core's modules by dotted name, those of its packages (core/recall/) included."""
+    modules: dict[str, Path] = {}
+    for path in (PACKAGE / "core").rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        if len(parts) > 2:  # not ferrex.core itself
+            modules[".".join(parts)] = path
+    return modules
+
+
 def _core_graph() -> dict[str, set[str]]:
-    modules = {
-        f"ferrex.core.{p.stem}": p for p in (PACKAGE / "core").glob("*.py") if p.stem != "__init__"
-    }
+    modules = _core_modules()
     return {name: _imports(path) & set(modules) for name, path in modules.items()}
 
 
 def test_core_imports_no_server_or_runtime_code() -> None:
-    for path in (PACKAGE / "core").glob("*.py"):
+    for path in (PACKAGE / "core").rglob("*.py"):
         outer = {
             m
             for m in _imports(path)
