@@ -1,4 +1,4 @@
-"""Fit the no-reranker relevance model (core/relevance.py) on dev-set candidates.
+"""Fit the no-reranker relevance model (core/recall/relevance.py) on dev-set candidates.
 
     python bench/sweep.py locomo --dump bench/.cache/features-locomo.json
     python bench/sweep.py beir --dump bench/.cache/features-beir.json

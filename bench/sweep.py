@@ -98,7 +98,7 @@ def floored(ranked: Sequence[tuple[str, float, Any]], floor: float) -> list[str]
 def gate_passes(ranked: Sequence[tuple[str, float, Any]], gate: tuple[float, float]) -> bool:
     """What the service's answer gate decides on this question's candidates."""
     from ferrex.config import AnswerGate
-    from ferrex.core.relevance import answers
+    from ferrex.core.recall.relevance import answers
 
     best_relevance = max(
         (e.get("gate_relevance", e.get("relevance")) or 0.0 for _, _, e in ranked), default=0.0

@@ -197,7 +197,7 @@ def test_a_tier_prefix_is_no_token_of_the_query_or_the_memory(models_dir: Path) 
 def test_a_candidate_the_channel_did_not_score_keeps_its_two_channel_relevance() -> None:
     from ferrex.config import RelevanceModel
     from ferrex.core.ports import IndexHit
-    from ferrex.core.relevance import evidence_of, relevance, score_evidence
+    from ferrex.core.recall.relevance import evidence_of, relevance, score_evidence
 
     plain = RelevanceModel()
     late_model = RelevanceModel(bias=-5.0, dense=7.0, bm25=9.0, late=1.5)

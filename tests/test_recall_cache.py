@@ -21,6 +21,7 @@ from tests.test_staleness import MovableClock
 
 from ferrex.core.clock import parse_timestamp, to_iso
 from ferrex.core.maintenance import export_lines, import_records
+from ferrex.core.recall.neighbours import similarities, stored_neighbours
 from ferrex.core.service import MemoryService
 from ferrex.server.calls import run_tool as invoke
 
@@ -291,13 +292,13 @@ def test_context_neighbour_lookups_are_kept_per_write_generation(service: Memory
             "Lunch on Friday is at the noodle place",
         )
     ]
-    recall = service.recalling
+    deps = service.deps
     namespace = service.deps.namespace
     model = service.embedder.info.pin
     pairs = {ids[1]: [ids[0], ids[2], "mem_not_in_the_index"]}
     generation = service.cache.generation(namespace)
-    first = recall._similarities(namespace, generation, model, pairs)
-    near = recall._stored_neighbours(namespace, generation, [ids[1]], 2)
+    first = similarities(deps, namespace, generation, model, pairs)
+    near = stored_neighbours(deps, namespace, generation, [ids[1]], 2)
     assert set(first) == {(ids[1], ids[0]), (ids[1], ids[2])}  # none for the unknown memory
     assert first[(ids[1], ids[0])] > first[(ids[1], ids[2])]  # about the same thing
     assert [n[0] for n in near[ids[1]]] == [ids[0], ids[2]]
@@ -308,14 +309,14 @@ def test_context_neighbour_lookups_are_kept_per_write_generation(service: Memory
     service.index.dense_similarities = lambda *a: asked.append(a) or index_call(*a)  # type: ignore[method-assign]
     service.meta.stored_neighbours = lambda *a: asked.append(a) or meta_call(*a)  # type: ignore[method-assign]
     try:
-        assert recall._similarities(namespace, generation, model, pairs) == first
-        assert recall._stored_neighbours(namespace, generation, [ids[1]], 2) == near
+        assert similarities(deps, namespace, generation, model, pairs) == first
+        assert stored_neighbours(deps, namespace, generation, [ids[1]], 2) == near
         assert asked == []  # all of it kept, the missing cosine too
         invoke(service, "store", {"content": "The staging cluster gets a fourth node in May"})
         later = service.cache.generation(namespace)
         assert later != generation
-        assert recall._similarities(namespace, later, model, pairs) == pytest.approx(first)
-        assert len(recall._stored_neighbours(namespace, later, [ids[1]], 2)[ids[1]]) == 3
+        assert similarities(deps, namespace, later, model, pairs) == pytest.approx(first)
+        assert len(stored_neighbours(deps, namespace, later, [ids[1]], 2)[ids[1]]) == 3
         assert len(asked) == 2  # read again, once each
     finally:
         del service.index.dense_similarities, service.meta.stored_neighbours

@@ -127,7 +127,7 @@ def test_fit_budget_cuts_whole_results() -> None:
 
 def test_relevance_is_a_probability_rising_with_each_piece_of_evidence() -> None:
     from ferrex.config import RelevanceModel
-    from ferrex.core.relevance import relevance
+    from ferrex.core.recall.relevance import relevance
 
     model = RelevanceModel()
     low = relevance(0.1, 0.0, model)
@@ -136,7 +136,7 @@ def test_relevance_is_a_probability_rising_with_each_piece_of_evidence() -> None
 
 
 def test_bm25_norm_is_on_the_store_scale() -> None:
-    from ferrex.core.relevance import bm25_norm, idf_one
+    from ferrex.core.recall.relevance import bm25_norm, idf_one
 
     # A memory matching every query term once, each term unique to it, scores about 1 whatever
     # the store size or the query length.
@@ -149,7 +149,7 @@ def test_bm25_norm_is_on_the_store_scale() -> None:
 
 def test_the_answer_gate_needs_one_kind_of_evidence_at_its_boundary() -> None:
     from ferrex.config import AnswerGate
-    from ferrex.core.relevance import answers
+    from ferrex.core.recall.relevance import answers
 
     gate = AnswerGate()
     assert (gate.relevance, gate.cosine) == (0.4, 0.3)
@@ -166,7 +166,7 @@ def test_the_answer_gate_needs_one_kind_of_evidence_at_its_boundary() -> None:
 
 
 def test_boost_is_normalised_and_never_lifts_a_memory_over_the_floor() -> None:
-    from ferrex.core.relevance import max_boost
+    from ferrex.core.recall.relevance import max_boost
 
     assert max_boost(CFG) == pytest.approx(1.3)
     fresh_unrelated = Candidate("unrelated", fused_score=0.0, fused_rank=1, relevance=0.15)

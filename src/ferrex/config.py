@@ -140,7 +140,7 @@ class RecencyConfig(_Section):
 
 class RelevanceModel(_Section):
     """relevance = sigmoid(bias + dense x cosine + bm25 x normalised BM25 + late x MaxSim)
-    (core/relevance.py; ``late`` counts only where the late-interaction channel is)."""
+    (core/recall/relevance.py; ``late`` counts only where the late-interaction channel is)."""
 
     # Fitted by bench/calibrate.py on LoCoMo dev + SciFact dev candidates (docs/recall.md).
     bias: float = -4.669
@@ -165,7 +165,7 @@ class LateInteractionConfig(_Section):
 
 
 class AnswerGate(_Section):
-    """Whether a recall has an answer at all (core/relevance.py ``answers``): its best
+    """Whether a recall has an answer at all (core/recall/relevance.py ``answers``): its best
     candidate must reach ``relevance`` (the calibrated score) or ``cosine`` (dense evidence
     alone, for a paraphrase sharing no word with the query). A 0 turns that half off; two 0s
     turn the gate off. Used in hybrid mode without a cross-encoder (whose probability the

@@ -20,12 +20,14 @@ import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable
-from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 
 from ferrex.core.ports import StoredNeighbour
+
+if TYPE_CHECKING:  # the retrieval stage's output (recall/records.py)
+    from ferrex.core.recall.records import Retrieved
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -74,27 +76,6 @@ def embedding_hash(vector: np.ndarray) -> str:
     ).hexdigest()
 
 
-@dataclass
-class CachedRecall:
-    """Fused candidates (memory id, fused score, ranks) and rerank scores by memory id."""
-
-    fused: list[tuple[str, float, int | None, int | None]]
-    rerank_scores: dict[str, float] = field(default_factory=dict)
-    # Memories the BM25 channel ranked but the relative floor kept out of the fusion (explain).
-    below_bm25_floor: frozenset[str] = frozenset()
-    # Calibrated relevance by memory id (core/relevance.py), and its evidence (explain, the
-    # answer gate):
-    # (cosine, raw BM25, normalised BM25), None where a channel did not return the memory.
-    relevance: dict[str, float] = field(default_factory=dict)
-    evidence: dict[str, tuple[float | None, float | None, float]] = field(default_factory=dict)
-    # Context neighbours that joined the candidates -> the hit they came by (core/neighbours.py).
-    joined: dict[str, str] = field(default_factory=dict)
-    # Late-interaction evidence (mean MaxSim) by memory id, where the channel scored them,
-    # and then each candidate's two-channel relevance too: what the answer gate judges.
-    late: dict[str, float] = field(default_factory=dict)
-    gate_relevance: dict[str, float] = field(default_factory=dict)
-
-
 # Entries of the neighbour lookups: a recall reads ten hits' neighbours and ~40 cosines.
 NEIGHBOUR_ENTRIES = 8192
 COSINE_ENTRIES = 32768
@@ -107,7 +88,7 @@ class RecallCache:
         # Query embeddings: (model pin, query) -> the vector; (model pin, query, "tokens") ->
         # the vector and the query's content token vectors (late interaction).
         self.queries: LRU[tuple[str, ...], Any] = LRU(max(16, capacity * 4))
-        self.results: LRU[tuple[Any, ...], CachedRecall] = LRU(capacity)
+        self.results: LRU[tuple[Any, ...], Retrieved] = LRU(capacity)
         # (namespace, generation, window, memory id) -> its stored neighbours; (namespace,
         # generation, model pin, hit, neighbour) -> their cosine or NO_COSINE. An entry of an
         # older generation is never asked for again and ages out.
@@ -139,10 +120,10 @@ class RecallCache:
     def key(self, namespace: str, vector_hash: str, params: tuple[Any, ...]) -> tuple[Any, ...]:
         return (namespace, self.generation(namespace), vector_hash, params)
 
-    def get(self, key: tuple[Any, ...]) -> CachedRecall | None:
+    def get(self, key: tuple[Any, ...]) -> Retrieved | None:
         return self.results.get(key) if self.enabled else None
 
-    def put(self, key: tuple[Any, ...], value: CachedRecall) -> None:
+    def put(self, key: tuple[Any, ...], value: Retrieved) -> None:
         if self.enabled:
             self.results.put(key, value)
 

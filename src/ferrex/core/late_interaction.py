@@ -15,8 +15,8 @@ vectors (see ``pool``) and the engine stores them 8-bit (TurboQuant, ~400 bytes 
 vector, ~800 at 768): at most 18 vectors, ~7.3 KB a point with the small tier's model (measured
 at 10k memories: +6.7 KB a memory, bench/late_cost.py), ~14 KB with a 768-d tier's.
 
-``late`` is one more piece of evidence in the calibrated relevance (core/relevance.py), with its
-own fitted weights (``retrieval.relevance_late``): scores stay relevance in [0, 1].
+``late`` is one more piece of evidence in the calibrated relevance (core/recall/relevance.py),
+with its own fitted weights (``retrieval.relevance_late``): scores stay relevance in [0, 1].
 """
 
 from __future__ import annotations

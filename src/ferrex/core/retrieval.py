@@ -7,7 +7,7 @@
         procedural 1.0
 
 ``base_score`` is the cross-encoder's relevance as a probability (sigmoid of its raw logit) when
-the reranker ran; without one it is the calibrated relevance of core/relevance.py (cosine and
+the reranker ran; without one it is the calibrated relevance of core/recall/relevance.py (cosine and
 normalised BM25 through a logistic fitted on dev data), never a function of the rank. Dividing
 by the largest boost any type can get (1.3 by default) keeps the spec's ratios between
 candidates and every score in [0, 1]. Candidates whose base score is below
@@ -57,7 +57,7 @@ class Candidate:
     base_score: float = 0.0
     boost: float = 1.0
     final_score: float = 0.0
-    # Calibrated relevance from the channels' evidence (core/relevance.py), before any boost.
+    # Calibrated relevance from the channels' evidence (core/recall/relevance.py), before any boost.
     relevance: float = 0.0
     # What the floor judges when it is not the base score: with late interaction, the
     # two-channel relevance the floor was chosen on (None: the base score).

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from ferrex.config import AnswerGate, RecencyConfig, RelevanceModel
+from ferrex.config import AnswerGate, RecencyConfig, RelevanceModel, RetrievalConfig
 from ferrex.core.ports import IndexHit
 
 
@@ -142,3 +142,35 @@ def score_evidence(
         )
         out[memory_id] = (value, found)
     return out
+
+
+def score(
+    memory_ids: Sequence[str],
+    dense_hits: Sequence[IndexHit],
+    bm25_hits: Sequence[IndexHit],
+    cfg: RetrievalConfig,
+    *,
+    query_weight: float,
+    points: int,
+    fetched: int,
+    late: dict[str, float] | None,
+) -> tuple[dict[str, tuple[float, Evidence]], dict[str, float]]:
+    """The stage: every candidate's relevance and evidence (the model fitted with late
+    interaction where ``late`` is given), and with ``late`` each one's two-channel relevance too,
+    what the floor and the gate judge (the same evidence, the other model; else empty)."""
+    evidence = evidence_of(
+        memory_ids,
+        dense_hits,
+        bm25_hits,
+        query_weight=query_weight,
+        points=points,
+        fetched=fetched,
+    )
+    model = cfg.relevance if late is None else cfg.relevance_late
+    scored = score_evidence(evidence, model, late, without_late=cfg.relevance)
+    gate: dict[str, float] = (
+        {}
+        if late is None
+        else {mid: value for mid, (value, _) in score_evidence(evidence, cfg.relevance).items()}
+    )
+    return scored, gate

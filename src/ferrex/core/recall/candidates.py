@@ -1,0 +1,170 @@
+"""The page's candidates: the fused list read in order, each candidate's row read (in growing
+chunks, only as far as a candidate can still reach the page), what the request leaves out
+dropped, each candidate's freshness assessed, and the stale ones kept apart."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+from ferrex.config import Settings
+from ferrex.core.memory import Memory, MemoryType
+from ferrex.core.ports import MetadataStore
+from ferrex.core.recall.filters import Scope
+from ferrex.core.recall.records import Scored
+from ferrex.core.requests import RecallRequest
+from ferrex.core.results import RecallHit
+from ferrex.core.retrieval import Candidate
+from ferrex.core.staleness import STALE, Freshness, assess, effective_confidence
+
+
+@dataclass
+class Page:
+    """The candidates admitted (fused order), their rows and freshness, and the stale ones."""
+
+    rows: dict[str, Memory] = field(default_factory=dict)
+    candidates: list[Candidate] = field(default_factory=list)
+    freshness: dict[str, Freshness] = field(default_factory=dict)
+    stale: list[Candidate] = field(default_factory=list)
+    # Whether the floor left a candidate out while reading.
+    floored: bool = False
+
+
+class _Rows:
+    """The candidates' rows, read in chunks (``limit + 8`` first, then twice as many each time)
+    from the first not read yet; all at once when nothing is pruned."""
+
+    def __init__(
+        self, meta: MetadataStore, entries: list[Scored], rows: dict[str, Memory], chunk: int
+    ) -> None:
+        self.meta = meta
+        self.entries = entries
+        self.rows = rows
+        self.chunk = chunk
+        self.fetched: set[str] = set()
+
+    def row(self, rank: int, prunable: bool) -> Memory | None:
+        memory_id = self.entries[rank - 1].memory_id
+        if memory_id not in self.fetched:
+            span = self.entries[rank - 1 : rank - 1 + self.chunk] if prunable else self.entries
+            wanted = [e.memory_id for e in span if e.memory_id not in self.fetched]
+            self.rows.update(self.meta.get_memories(wanted))
+            self.fetched.update(wanted)
+            self.chunk *= 2
+        return self.rows.get(memory_id)
+
+
+def admit(
+    meta: MetadataStore,
+    settings: Settings,
+    entries: list[Scored],
+    request: RecallRequest,
+    scope: Scope,
+    *,
+    limit: int,
+    floor: float,
+    scale: float,
+    prunable: bool,
+    now: datetime,
+) -> Page:
+    """Candidates arrive by relevance (score fusion, no cross-encoder): one under the floor
+    is never returned, nor one whose relevance is under the page's lowest possible score
+    (its ``limit``-th candidate's relevance / the largest boost, ``scale``), as a boost is at
+    most that. Rows are read and assessed only up to there (``prunable``)."""
+    page = Page()
+    rows = _Rows(meta, entries, page.rows, limit + 8)
+    for rank, record in enumerate(entries, start=1):
+        verdict = _pruned(record, page, limit, floor, scale) if prunable else None
+        if verdict == "stop":
+            break
+        if verdict == "skip":
+            continue
+        memory = rows.row(rank, prunable)
+        if memory is None or not _asked_for(memory, record, request, scope):
+            continue
+        fresh = assess(memory, now, settings.staleness)
+        candidate = _candidate(record, rank, request.explain)
+        if fresh.staleness == STALE and not request.include_stale:
+            page.stale.append(candidate)
+            continue
+        page.freshness[record.memory_id] = fresh
+        page.candidates.append(candidate)
+    return page
+
+
+def _pruned(
+    record: Scored, page: Page, limit: int, floor: float, scale: float
+) -> Literal["skip", "stop"] | None:
+    """Whether a candidate cannot reach the page: "skip" it, "stop" reading, or None.
+
+    With late interaction (no cross-encoder) the floor, like the gate, judges the two-channel
+    relevance it was chosen on: late interaction orders and scores the candidates, it does not
+    drop one the cosine and BM25 evidence keeps (a paraphrase shares no token with the question:
+    its MaxSim is low, its cosine is not). (With a cross-encoder: those past its window, which
+    it did not score.)"""
+    basis = record.gate_relevance
+    if basis is not None and basis < floor:
+        page.floored = True
+        return "skip"  # (the page is ordered by the late relevance, not by this)
+    if basis is None and record.relevance < floor:
+        page.floored = True
+        return "stop"
+    if len(page.candidates) >= limit and (
+        record.relevance < page.candidates[limit - 1].relevance / scale
+    ):
+        return "stop"
+    return None
+
+
+def _asked_for(memory: Memory, record: Scored, request: RecallRequest, scope: Scope) -> bool:
+    if memory.namespace != scope.namespace:
+        return False  # (never) another namespace
+    if request.version is not None and memory.version != request.version:
+        return False
+    # A neighbour of another type than the recall asked for.
+    return not (
+        record.neighbour_of is not None and scope.types and memory.type.value not in scope.types
+    )
+
+
+def _candidate(record: Scored, rank: int, explain: bool) -> Candidate:
+    candidate = Candidate(record.memory_id, record.score, rank, record.dense_rank, record.bm25_rank)
+    candidate.relevance = record.relevance
+    candidate.floor_basis = record.gate_relevance
+    if explain:
+        candidate.extra.update(
+            cosine=None if record.cosine is None else round(record.cosine, 6),
+            bm25=None if record.bm25 is None else round(record.bm25, 6),
+            bm25_norm=round(record.bm25_norm, 6),
+        )
+        if record.late is not None:
+            candidate.extra["late"] = round(record.late, 6)
+        if record.gate_relevance is not None:  # what the answer gate judged
+            candidate.extra["gate_relevance"] = round(record.gate_relevance, 6)
+    if record.neighbour_of is not None:
+        candidate.extra["neighbour_of"] = record.neighbour_of
+    if record.below_bm25_floor:
+        # Ranked by BM25, but under the relative floor: not counted in the fused score.
+        candidate.extra["bm25_below_floor"] = True
+    return candidate
+
+
+def hit_of(
+    settings: Settings,
+    memory: Memory,
+    candidate: Candidate,
+    fresh: Freshness,
+    explain: bool,
+    now: datetime,
+) -> RecallHit:
+    """A candidate as a result of the answer."""
+    return RecallHit(
+        memory=memory,
+        score=candidate.final_score,
+        freshness=fresh,
+        effective_confidence=effective_confidence(memory, now, settings.staleness)
+        if memory.type is MemoryType.SEMANTIC
+        else None,
+        explain=candidate.explain() if explain else None,
+    )
