@@ -40,34 +40,43 @@ def flag(
     missing: dict[str, tuple[Memory, list[str]]] = {}
     seen: dict[tuple[int, str], list[Memory]] = {}
     for memory in memories:
-        if (
-            memory.type is not MemoryType.SEMANTIC
-            or not valid(memory)
-            or memory.multi_valued
-            or memory.subject_entity_id is None
-            or memory.predicate_canonical is None
-        ):
+        group_key = _group_key(memory)
+        if group_key is None or not valid(memory):
             continue
-        group_key = (memory.subject_entity_id, memory.predicate_canonical)
         if group_key not in seen:
             seen[group_key] = [
                 f
                 for f in meta.facts_for_predicate(namespace, *group_key)
                 if valid(f) and not f.multi_valued
             ]
-        others = [
-            f
-            for f in seen[group_key]
-            if f.id != memory.id
-            and conflicts.normalize_object(f.object or "")
-            != conflicts.normalize_object(memory.object or "")
-        ]
+        others = _other_values(memory, seen[group_key])
         if others:
             by_id[memory.id].contradicts = sorted(f.id for f in others)
             for other in others:
                 if other.id not in by_id:
                     missing.setdefault(other.id, (other, []))[1].append(memory.id)
     return [(m, sorted(ids)) for _, (m, ids) in sorted(missing.items())]
+
+
+def _group_key(memory: Memory) -> tuple[int, str] | None:
+    """(subject, predicate) of a semantic fact of a single-valued predicate, with both
+    resolved (None for any other memory)."""
+    if (
+        memory.type is not MemoryType.SEMANTIC
+        or memory.multi_valued
+        or memory.subject_entity_id is None
+        or memory.predicate_canonical is None
+    ):
+        return None
+    return memory.subject_entity_id, memory.predicate_canonical
+
+
+def _other_values(memory: Memory, group: list[Memory]) -> list[Memory]:
+    """The facts of its group holding another object than ``memory``."""
+    own = conflicts.normalize_object(memory.object or "")
+    return [
+        f for f in group if f.id != memory.id and conflicts.normalize_object(f.object or "") != own
+    ]
 
 
 def join_partners(

@@ -36,12 +36,7 @@ def complete(
     cfg = deps.settings.retrieval
     channels = (("dense", dense_hits), ("sparse", bm25_hits))
     only = _only(flt, dense_hits, bm25_hits)
-    missing: dict[str, tuple[str, ...]] = {}
-    for channel, hits in channels:
-        have = {hit.memory_id for hit in hits}
-        ids = tuple(sorted(m for m in memory_ids if m not in have))
-        if ids and (channel == "dense" or sparse):
-            missing[channel] = ids
+    missing = _missing(memory_ids, channels, sparse)
     searches = [(channel, only(ids), 4 * len(ids)) for channel, ids in missing.items()]
     late_ids = tuple(sorted(memory_ids)) if tokens is not None and memory_ids else ()
     # Each candidate's chunks: MAX_CHUNK_FETCH bounds it as for the channels.
@@ -62,6 +57,19 @@ def complete(
         for channel, hits in channels
     )
     return dense_out, bm25_out, late
+
+
+def _missing(
+    memory_ids: list[str], channels: tuple[tuple[str, list[IndexHit]], ...], sparse: SparseVec
+) -> dict[str, tuple[str, ...]]:
+    """Channel -> the candidates it did not return (BM25 only for a query with terms)."""
+    missing: dict[str, tuple[str, ...]] = {}
+    for channel, hits in channels:
+        have = {hit.memory_id for hit in hits}
+        ids = tuple(sorted(m for m in memory_ids if m not in have))
+        if ids and (channel == "dense" or sparse):
+            missing[channel] = ids
+    return missing
 
 
 def _only(flt: IndexFilter, dense_hits: list[IndexHit], bm25_hits: list[IndexHit]) -> Only:
