@@ -47,6 +47,7 @@ from stores import settings_overrides
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_LOCOMO = REPO.parent / "shared" / "eval" / "locomo-dev" / "locomo-dev.json"
 DEFAULT_BEIR = REPO.parent / "shared" / "eval" / "scifact-dev"
+DEFAULT_ASSISTANT = REPO.parent / "shared" / "eval" / "assistant-dev" / "assistant-dev.json"
 RESULTS_DIR = REPO / "bench" / "results"
 
 # A fixed "now": every LoCoMo memory (2022-2023) is older than the 90-day episodic staleness
@@ -1460,7 +1461,8 @@ def print_beir(result: dict[str, Any]) -> None:
 def write_json(result: dict[str, Any], out_dir: Path, label: str | None) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    name = result["dataset"] if result["dataset"] == "locomo" else Path(result["path"]).name
+    named = result["dataset"] in ("locomo", "assistant-dev")
+    name = result["dataset"] if named else Path(result["path"]).name
     suffix = f"-{re.sub(r'[^A-Za-z0-9_.-]+', '_', label)}" if label else ""
     path = out_dir / f"{name}-{stamp}{suffix}.json"
     path.write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")
@@ -1492,10 +1494,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("dataset", nargs="?", choices=["locomo", "beir"])
+    parser.add_argument("dataset", nargs="?", choices=["locomo", "beir", "assistant"])
     parser.add_argument("path", nargs="?", type=Path, help="data file (LoCoMo) or directory (BEIR)")
     parser.add_argument("--locomo", nargs="?", const=DEFAULT_LOCOMO, type=Path, metavar="PATH")
     parser.add_argument("--beir", nargs="?", const=DEFAULT_BEIR, type=Path, metavar="DIR")
+    parser.add_argument(
+        "--assistant",
+        nargs="?",
+        const=DEFAULT_ASSISTANT,
+        type=Path,
+        metavar="PATH",
+        help="the mixed-type assistant-dev set (bench/assistant.py: P@1, MRR, as_of, empty)",
+    )
     parser.add_argument("--limit-conversations", type=int, default=None)
     parser.add_argument("--split", default="train", help="BEIR qrels split (default train)")
     parser.add_argument(
@@ -1610,10 +1620,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         args.locomo = args.path or DEFAULT_LOCOMO
     elif args.dataset == "beir":
         args.beir = args.path or DEFAULT_BEIR
+    elif args.dataset == "assistant":
+        args.assistant = args.path or DEFAULT_ASSISTANT
     elif args.path is not None:
         parser.error("a path needs a dataset name first (locomo PATH or beir DIR)")
-    if args.locomo is None and args.beir is None:
-        parser.error("say what to run: locomo [PATH], beir [DIR], or --locomo/--beir")
+    if args.locomo is None and args.beir is None and args.assistant is None:
+        parser.error(
+            "say what to run: locomo [PATH], beir [DIR], assistant [PATH], or "
+            "--locomo/--beir/--assistant"
+        )
     if args.entity_filter and not args.speaker_entities:
         parser.error("--entity-filter needs --speaker-entities")
     return args
@@ -1636,6 +1651,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_beir(result)
         written.append(write_json(result, args.out_dir, args.label))
         print(f"\nBEIR run: {result['seconds']} s")
+    if args.assistant is not None:
+        import assistant
+
+        started = time.perf_counter()
+        outcome = assistant.run(Path(args.assistant).resolve(), args.set, None)
+        for finding in outcome["findings"]:
+            print(f"assistant-dev store: {finding}")
+        for name in ("all", "tune", "check"):
+            for line in assistant.report(name, outcome[name], name == "all"):
+                print(line)
+        outcome["seconds"] = round(time.perf_counter() - started, 1)
+        outcome["dataset"] = "assistant-dev"
+        written.append(write_json(outcome, args.out_dir, args.label))
     for path in written:
         print(f"results: {path}")
     return 0
