@@ -68,11 +68,10 @@ def halves(questions: Sequence[dict[str, Any]]) -> dict[str, str]:
 
 
 def open_service(data_dir: Path, clock: TickingClock, overrides: Sequence[str]) -> Any:
-    from stores import settings_overrides
-
     from ferrex.bootstrap import Options, build_service
     from ferrex.config import load_settings
     from ferrex.logs import configure
+    from stores import settings_overrides
 
     configure("warning")
     cli: dict[str, Any] = {
@@ -221,7 +220,8 @@ def report(name: str, scores: dict[str, Any], show_curve: bool) -> Iterator[str]
         f"{name}: P@1 {scores['p_at_1']}/{n} ({scores['p_at_1'] / max(1, n):.3f}), "
         f"MRR {scores['mrr']:.3f}; current first {scores['current_first']}"
         f"/{scores['per_kind'].get('current', {}).get('n', 0)} (superseded returned "
-        f"{scores['superseded_returned']}); as_of right {scores['as_of_right']}/{scores['as_of_n']}; "
+        f"{scores['superseded_returned']}); "
+        f"as_of right {scores['as_of_right']}/{scores['as_of_n']}; "
         f"unanswerable empty {scores['unanswerable_empty']}/{scores['unanswerable']}, "
         f"answerable empty {scores['answerable_empty']}; top-score ROC AUC {scores['auc']:.3f}"
     )
