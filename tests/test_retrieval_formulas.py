@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ferrex.config import RecencyConfig
+from ferrex.config import RecencyConfig, RetrievalConfig
 from ferrex.core.memory import MemoryType
 from ferrex.core.retrieval import (
     Candidate,
@@ -48,24 +48,80 @@ def test_episodic_boost_is_about_one_at_300_days_and_floors_at_one() -> None:
     assert recency_boost("episodic", -5, CFG) == pytest.approx(1.3)
 
 
-def test_boosts_are_multiplicative_and_large_enough_to_shift_rankings() -> None:
-    """Cross-encoder scores differ by 0.2-0.5 between candidates; a fresh episodic memory with a
-    rerank probability 20% lower than an old one must still be able to pass it."""
-    old = Candidate("old", fused_score=0.03, fused_rank=1)
-    fresh = Candidate("fresh", fused_score=0.02, fused_rank=2)
-    scores = {"old": math.log(0.60 / 0.40), "fresh": math.log(0.50 / 0.50)}  # p = 0.60 and 0.50
+def test_the_boost_reorders_within_the_margin_and_never_past_it() -> None:
+    """The recency boost moves a candidate at most ``margin`` logits (0.75 by default): a fresh
+    event whose cross-encoder probability is a little lower than an old one's passes it; one
+    whose evidence clearly differs (log-odds more than the margin apart) does not."""
+    margin = RetrievalConfig().recency_margin
+    assert margin == 0.75
     ages = {"old": 300.0, "fresh": 0.0}
-    ordered, basis = order_candidates(
-        [old, fresh],
-        rerank_top_n=20,
-        rerank=lambda head: [scores[c.memory_id] for c in head],
+
+    def ordered_by(p_old: float, p_fresh: float) -> list[Candidate]:
+        old = Candidate("old", fused_score=0.03, fused_rank=1)
+        fresh = Candidate("fresh", fused_score=0.02, fused_rank=2)
+        scores = {"old": math.log(p_old / (1 - p_old)), "fresh": math.log(p_fresh / (1 - p_fresh))}
+        ordered, basis = order_candidates(
+            [old, fresh],
+            rerank_top_n=20,
+            rerank=lambda head: [scores[c.memory_id] for c in head],
+            boost_of=lambda c: recency_boost("episodic", ages[c.memory_id], CFG),
+            base_k=5,
+            max_boost=1.3,
+            margin=margin,
+        )
+        assert basis == "rerank"
+        return ordered
+
+    close = ordered_by(0.60, 0.50)  # log-odds 0.405 apart: within the margin
+    assert [c.memory_id for c in close] == ["fresh", "old"]
+    assert close[0].final_score == pytest.approx(0.5)  # the largest boost shows the relevance
+    shift = margin * math.log(recency_boost("episodic", 300, CFG)) / math.log(1.3)
+    assert close[1].final_score == pytest.approx(
+        1 / (1 + math.exp(-(math.log(1.5) + shift - margin)))
+    )
+    clear = ordered_by(0.80, 0.50)  # log-odds 1.386 apart: the evidence decides
+    assert [c.memory_id for c in clear] == ["old", "fresh"]
+    assert clear[0].final_score >= clear[1].final_score
+
+
+def test_order_key_and_shown_score_at_their_boundaries() -> None:
+    from ferrex.core.retrieval import logit, order_key, recency_shift, shown_score
+
+    assert recency_shift(1.3, 1.3, 0.75) == pytest.approx(0.75)  # the largest boost: the margin
+    assert recency_shift(1.0, 1.3, 0.75) == 0.0  # no boost, no shift
+    assert recency_shift(1.15, 1.3, 0.75) == pytest.approx(0.75 * math.log(1.15) / math.log(1.3))
+    assert recency_shift(1.3, 1.3, 0.0) == 0.0  # margin 0 turns recency off
+    assert recency_shift(1.3, 1.0, 0.75) == 0.0  # no type has a boost
+    assert order_key(0.5, 1.3, 1.3, 0.75) == pytest.approx(0.75)
+    assert shown_score(order_key(0.42, 1.3, 1.3, 0.75), 0.75) == pytest.approx(0.42)
+    # Not capped by type: a certain fact (largest boost 1.15) scores near 1 as an event does.
+    assert shown_score(order_key(0.99999, 1.15, 1.3, 0.75), 0.75) > 0.9999
+    assert 0.0 < shown_score(order_key(1e-9, 1.0, 1.3, 0.75), 0.75) < 1e-9
+    assert logit(0.0) < -27 and logit(1.0) > 27  # clamped, finite
+    # Exactly the margin apart: the boosted one ties the other and the fused rank decides.
+    low, high = 0.5, 1 / (1 + math.exp(-0.75))
+    assert order_key(low, 1.3, 1.3, 0.75) == pytest.approx(order_key(high, 1.0, 1.3, 0.75))
+
+
+def test_a_context_neighbour_never_ends_above_the_hit_it_is_context_of() -> None:
+    """Credit lifts a neighbour at most to its hit's relevance; a fresher neighbour (a larger
+    boost) still ends after the hit, at the hit's score at most."""
+    hit = Candidate("hit", 0.0, 1, relevance=0.8)
+    near = Candidate("near", 0.0, 2, relevance=0.8, context_of="hit")
+    other = Candidate("other", 0.0, 3, relevance=0.5)
+    ages = {"hit": 200.0, "near": 0.0, "other": 0.0}
+    ordered, _ = order_candidates(
+        [hit, near, other],
+        rerank_top_n=0,
+        rerank=None,
         boost_of=lambda c: recency_boost("episodic", ages[c.memory_id], CFG),
         base_k=5,
+        max_boost=1.3,
+        margin=0.75,
     )
-    assert basis == "rerank"
-    assert [c.memory_id for c in ordered] == ["fresh", "old"]
-    assert ordered[0].final_score == pytest.approx(0.5 * 1.3)
-    assert ordered[1].final_score == pytest.approx(0.6 * recency_boost("episodic", 300, CFG))
+    assert [c.memory_id for c in ordered] == ["hit", "near", "other"]
+    assert ordered[1].final_score == ordered[0].final_score
+    assert ordered[2].final_score <= ordered[1].final_score
 
 
 def test_rerank_probability_is_a_monotonic_sigmoid() -> None:
@@ -147,6 +203,30 @@ def test_bm25_norm_is_on_the_store_scale() -> None:
     assert bm25_norm(5.0, 0, 100) == 0.0
 
 
+def test_a_small_store_counts_its_bm25_evidence_for_less() -> None:
+    """``retrieval.bm25_min_points`` (500): a namespace under it counts its BM25 evidence by a
+    unique term's IDF there over its IDF in 500 memories, never under 0.6; at or over 500 it is
+    unchanged."""
+    from ferrex.core.recall.relevance import (
+        SMALL_STORE_FLOOR,
+        bm25_norm,
+        idf_one,
+        small_store_factor,
+    )
+
+    assert RetrievalConfig().bm25_min_points == 500 and SMALL_STORE_FLOOR == 0.6
+    assert small_store_factor(150, 500) == pytest.approx(idf_one(150) / idf_one(500))  # 0.80
+    assert small_store_factor(499, 500) == pytest.approx(idf_one(499) / idf_one(500))
+    assert small_store_factor(500, 500) == 1.0 and small_store_factor(100_000, 500) == 1.0
+    assert small_store_factor(20, 500) == 0.6  # 0.45 by the ratio: the floor
+    assert small_store_factor(4, 500) == 0.6
+    assert small_store_factor(4, 1) == 1.0  # 1: off
+    raw = 3 * idf_one(150)  # three unique terms in a store of 150
+    assert bm25_norm(raw, 3, 150, 500) == pytest.approx(small_store_factor(150, 500))
+    assert bm25_norm(3.0, 1, 501, 500) == pytest.approx(3.0 / idf_one(501))
+    assert bm25_norm(3.0, 1, 20, 1) == pytest.approx(3.0 / idf_one(20))
+
+
 def test_the_answer_gate_needs_one_kind_of_evidence_at_its_boundary() -> None:
     from ferrex.config import AnswerGate
     from ferrex.core.recall.relevance import answers
@@ -181,9 +261,11 @@ def test_boost_is_normalised_and_never_lifts_a_memory_over_the_floor() -> None:
         base_k=5,
         max_boost=1.3,
         min_score=0.2,
+        margin=0.75,
     )
     assert basis == "fused"
-    # Below the floor it is gone, however fresh; the boost still reorders relevant memories.
+    # Below the floor it is gone, however fresh; the boost still reorders relevant memories
+    # whose evidence is close (log-odds -0.20 and -0.41: within the 0.75 margin).
     assert [c.memory_id for c in ordered] == ["fresh", "relevant"]
     assert ordered[0].final_score == pytest.approx(0.40)  # maximal boost / max boost = 1
     assert 0.0 <= ordered[1].final_score <= ordered[0].final_score <= 1.0
@@ -217,10 +299,10 @@ def test_context_neighbours_credit_by_noisy_or_within_the_gap() -> None:
     )
     near = {
         "hit": [
-            ("prev", -1, t0, t1, True, False),
-            ("next2", 2, t1, t1, True, False),
-            ("week-later", 1, later, t1, True, False),
-            ("superseded", -2, t0, t1, False, False),
+            ("prev", -1, t0, t1, True, False, True),
+            ("next2", 2, t1, t1, True, False, True),
+            ("week-later", 1, later, t1, True, False, True),
+            ("superseded", -2, t0, t1, False, False, True),
         ]
     }
     credit = context_credit({"hit": 0.8, "next2": 0.5}, near, cfg, may_join=True)
@@ -243,9 +325,9 @@ def test_context_lifts_a_memory_at_most_to_the_hit_it_is_context_of() -> None:
     t = "2026-01-01T10:00:00+00:00"
     near = {
         "hit": [
-            ("close", -1, t, t, True, False),
-            ("above", 1, t, t, True, False),
-            ("low", 2, t, t, True, False),
+            ("close", -1, t, t, True, False, True),
+            ("above", 1, t, t, True, False, True),
+            ("low", 2, t, t, True, False, True),
         ]
     }
     relevance = {"hit": 0.5, "close": 0.45, "above": 0.6, "low": 0.1}
@@ -262,7 +344,7 @@ def test_decay_zero_makes_only_the_nearest_neighbours_context() -> None:
 
     cfg = NeighbourConfig(weight=0.4, decay=0.0, window=2, gap_seconds=3600, min_similarity=-1)
     t = "2026-01-01T10:00:00+00:00"
-    near = {"hit": [("next", 1, t, t, True, False), ("next2", 2, t, t, True, False)]}
+    near = {"hit": [("next", 1, t, t, True, False, True), ("next2", 2, t, t, True, False, True)]}
     credit = context_credit({"hit": 0.5}, near, cfg, may_join=True)
     assert credit.relevance["next"] == pytest.approx(0.2) and "next2" not in credit.relevance
     assert credit.joined == {"next": "hit"}
@@ -278,9 +360,9 @@ def test_a_neighbour_about_something_else_gets_no_credit() -> None:
     t = "2026-01-01T10:00:00+00:00"
     near = {
         "hit": [
-            ("same", -1, t, t, True, False),
-            ("other", 1, t, t, True, False),
-            ("gone", 2, t, t, True, False),
+            ("same", -1, t, t, True, False, True),
+            ("other", 1, t, t, True, False, True),
+            ("gone", 2, t, t, True, False, True),
         ]
     }
     similarity = {("hit", "same"): 0.4, ("hit", "other"): 0.399}  # "gone": no cosine
@@ -336,9 +418,9 @@ def test_the_answer_to_a_question_gets_its_credit_whatever_its_cosine() -> None:
     def near(asks: bool) -> dict[str, list[tuple[str, int, str, str, bool, bool]]]:
         return {
             "hit": [
-                ("before", -1, t, t, True, asks),
-                ("answer", 1, t, t, True, asks),
-                ("after2", 2, t, t, True, asks),
+                ("before", -1, t, t, True, asks, True),
+                ("answer", 1, t, t, True, asks, True),
+                ("after2", 2, t, t, True, asks, True),
             ]
         }
 
@@ -363,7 +445,10 @@ def test_the_answer_to_a_question_gets_its_credit_whatever_its_cosine() -> None:
     # An answer that is superseded, or stored past the gap, gets nothing; a filtered recall
     # (may_join False) credits an answer only when it is a candidate already.
     later = "2026-01-01T12:00:01+00:00"
-    gone = {"hit": [("old", 1, t, t, False, True)], "hit2": [("late", 1, later, t, True, True)]}
+    gone = {
+        "hit": [("old", 1, t, t, False, True, True)],
+        "hit2": [("late", 1, later, t, True, True, True)],
+    }
     none = context_credit({"hit": 0.8, "hit2": 0.8}, gone, cfg, may_join=True, similarity=low)
     assert set(none.relevance) == {"hit", "hit2"}
     filtered = context_credit({"hit": 0.8}, near(True), cfg, may_join=False, similarity=low)
@@ -402,7 +487,7 @@ def test_the_floor_judges_a_candidates_floor_basis_where_it_has_one() -> None:
     # b (0.098 but two-channel 0.105) stays; c (0.12 but two-channel 0.05) goes; scores are
     # the relevance itself.
     assert [c.memory_id for c in ordered] == ["a", "b"]
-    assert ordered[1].final_score == pytest.approx(0.098 / 1.3)
+    assert ordered[1].final_score == pytest.approx(0.098)  # no boost, no margin: itself
     # With a cross-encoder over the first one: its probability decides for it, the basis for
     # the tail.
     ordered, _ = order_candidates(

@@ -213,6 +213,12 @@ class RetrievalConfig(_Section):
     fused_base_k: float = Field(default=5.0, gt=0, le=1000)
     # BM25 hits below this fraction of the query's best BM25 score are not fused (0 disables).
     bm25_relative_floor: float = Field(default=0.2, ge=0, lt=1)
+    # BM25 evidence of a namespace with fewer memories is put on the scale of one this large:
+    # IDF from a few dozen memories calls a word in 2% of them nearly unique (docs/recall.md).
+    bm25_min_points: int = Field(default=500, ge=1, le=10_000_000)
+    # How far, in logits of relevance, the recency boost may move a candidate: two whose
+    # relevance odds differ more than e^margin are never reordered by age; 0 turns it off.
+    recency_margin: float = Field(default=0.75, ge=0, le=10)
     hnsw_ef: int = Field(default=128, ge=4, le=4096)
     # Embedded engine: build the dense HNSW index in a background process once this many
     # vectors lack it (0: never; brute-force search, exact, slower past ~20k memories).

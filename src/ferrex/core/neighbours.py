@@ -38,6 +38,9 @@ from ferrex.core.ports import StoredNeighbour
 class NeighbourCredit:
     relevance: dict[str, float]
     joined: dict[str, str] = field(default_factory=dict)  # joined neighbour -> the hit it came by
+    # A memory whose relevance the credit raised -> the most relevant hit it is context of (it
+    # is never ordered above that hit: core/retrieval.py ``cap_context``).
+    context_of: dict[str, str] = field(default_factory=dict)
 
 
 def gap_seconds(a: str, b: str) -> float:
@@ -94,8 +97,8 @@ def context_pairs(
     for hit, near in neighbours.items():
         if relevance.get(hit, 0.0) <= 0:
             continue
-        for other, offset, created, hit_created, current, _ in near:
-            if not current or other == hit:
+        for other, offset, created, hit_created, current, _, events in near:
+            if not current or other == hit or not events:
                 continue
             if gap_seconds(created, hit_created) > config.gap_seconds:
                 continue
@@ -125,7 +128,7 @@ def context_credit(
     """
     keep: dict[str, float] = {}  # memory -> product of (1 - credit)
     via: dict[str, tuple[float, str]] = {}
-    cap: dict[str, float] = {}  # memory -> the most relevant hit it is context of
+    cap: dict[str, tuple[float, str]] = {}  # memory -> the most relevant hit it is context of
     asks = {hit: hit_asks(near) for hit, near in neighbours.items()}
     for hit, other, offset in context_pairs(relevance, neighbours, config, may_join=may_join):
         if is_answer(offset, asks[hit], config):
@@ -137,17 +140,22 @@ def context_credit(
         if credit <= 0:
             continue  # (decay 0: only the nearest neighbours are context)
         keep[other] = keep.get(other, 1.0) * (1.0 - credit)
-        cap[other] = max(cap.get(other, 0.0), relevance[hit])
+        best = cap.get(other)
+        if best is None or (-relevance[hit], hit) < (-best[0], best[1]):
+            cap[other] = (relevance[hit], hit)  # the most relevant hit; at a tie the first id
         if credit > via.get(other, (0.0, ""))[0]:
             via[other] = (credit, hit)
     out = dict(relevance)
     joined: dict[str, str] = {}
+    context_of: dict[str, str] = {}
     for other, product in keep.items():
         own = relevance.get(other)
         lifted = 1.0 - (1.0 - (own or 0.0)) * product
         # Context makes a memory at most as relevant as what it is context of: similar
         # memories stored together do not lift each other over one the query found alone.
-        out[other] = max(own or 0.0, min(lifted, cap[other]))
+        out[other] = max(own or 0.0, min(lifted, cap[other][0]))
+        if out[other] > (own or 0.0):
+            context_of[other] = cap[other][1]
         if own is None:
             joined[other] = via[other][1]
-    return NeighbourCredit(out, joined)
+    return NeighbourCredit(out, joined, context_of)

@@ -114,8 +114,9 @@ class Reranker(Protocol):
 Validity = Literal["current", "all"]
 
 # A memory stored next to another (MetadataStore.stored_neighbours): (its id, offset from the
-# other, its created_at, the other's created_at, current, whether the other asks a question).
-StoredNeighbour = tuple[str, int, str, str, bool, bool]
+# other, its created_at, the other's created_at, current, whether the other asks a question,
+# whether both are episodic).
+StoredNeighbour = tuple[str, int, str, str, bool, bool, bool]
 
 
 @dataclass(frozen=True)

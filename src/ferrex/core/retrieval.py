@@ -36,12 +36,16 @@ def recency_boost(memory_type: MemoryType | str, age_days: float, config: Recenc
     return 1.0 + curve.amplitude * 2.0 ** (-max(0.0, age_days) / curve.half_life_days)
 
 
+def sigmoid(x: float) -> float:
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    exp = math.exp(x)
+    return exp / (1.0 + exp)
+
+
 def rerank_probability(raw_score: float) -> float:
     """Cross-encoder logit -> (0, 1)."""
-    if raw_score >= 0:
-        return 1.0 / (1.0 + math.exp(-raw_score))
-    exp = math.exp(raw_score)
-    return exp / (1.0 + exp)
+    return sigmoid(raw_score)
 
 
 @dataclass
@@ -62,6 +66,10 @@ class Candidate:
     # What the floor judges when it is not the base score: with late interaction, the
     # two-channel relevance the floor was chosen on (None: the base score).
     floor_basis: float | None = None
+    # Where it stands on the page (``order_key``): higher first.
+    key: float = 0.0
+    # The hit whose context credit raised its relevance (core/neighbours.py), if any.
+    context_of: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def explain(self) -> dict[str, Any]:
@@ -89,6 +97,54 @@ def rank_score(rank: int, base_k: float) -> float:
     return (base_k + 1.0) / (base_k + max(1, rank))
 
 
+def logit(probability: float) -> float:
+    """The log-odds of a probability (clamped away from 0 and 1, where it is infinite)."""
+    p = min(max(probability, 1e-12), 1.0 - 1e-12)
+    return math.log(p / (1.0 - p))
+
+
+def recency_shift(boost: float, max_boost: float, margin: float) -> float:
+    """How far, in logits, a recency ``boost`` moves a candidate: ``margin x ln(boost) /
+    ln(max_boost)``, from 0 (no boost) to ``margin`` (the largest boost any type can get)."""
+    if margin <= 0 or max_boost <= 1.0 or boost <= 1.0:
+        return 0.0
+    return margin * min(1.0, math.log(boost) / math.log(max_boost))
+
+
+def order_key(base: float, boost: float, max_boost: float, margin: float) -> float:
+    """Where a candidate of base score ``base`` (a probability) and recency ``boost`` stands:
+    its log-odds plus the boost's shift. Candidates whose log-odds differ by more than
+    ``margin`` are never reordered by age; within it, the fresher comes first."""
+    return logit(base) + recency_shift(boost, max_boost, margin)
+
+
+def shown_score(key: float, margin: float) -> float:
+    """The score an answer shows for an order key: the relevance for a candidate with the
+    largest boost, less (at most ``margin`` logits) for older ones; monotone in the key, so
+    scores never rise down a page, and in [0, 1] for every type."""
+    return sigmoid(key - margin)
+
+
+def cap_context(candidates: Sequence[Candidate], margin: float) -> None:
+    """A context neighbour never stands above the hit it is context of (docs/recall.md): its
+    key is at most its hit's, and it comes after the hit at a tie."""
+    keys = {c.memory_id: c.key for c in candidates}
+    for candidate in candidates:
+        hit = candidate.context_of
+        if hit is not None and hit in keys and candidate.key > keys[hit]:
+            candidate.key = keys[hit]
+            candidate.final_score = shown_score(candidate.key, margin)
+
+
+def _by_key(candidate: Candidate) -> tuple[float, bool, int, str]:
+    return (
+        -candidate.key,
+        candidate.context_of is not None,
+        candidate.fused_rank,
+        candidate.memory_id,
+    )
+
+
 def order_candidates(
     candidates: Sequence[Candidate],
     *,
@@ -99,17 +155,21 @@ def order_candidates(
     max_boost: float = 1.0,
     min_score: float = 0.0,
     by_relevance: bool = True,
+    margin: float = 0.0,
 ) -> tuple[list[Candidate], str]:
     """Rerank the top-N fused candidates, apply boosts, drop what falls below the floor.
 
     ``candidates`` arrive in fused order, each with its calibrated ``relevance``. Returns the
     final order and the score basis. Every score is in [0, 1] and never rises down the list.
 
-    Without a reranker a candidate's base score is its relevance; ``score = relevance x boost /
-    max_boost``. With ``by_relevance`` the list is ordered by that score; otherwise (RRF
-    fusion) by ``rank_score(fused_rank) x boost`` as the design orders it, scores capped so they
-    never rise down the list. With a reranker the top N score ``p(relevant) x boost /
-    max_boost`` and the tail keeps its fused order below the head's lowest score, no boost.
+    Without a reranker a candidate's base score is its relevance. With ``by_relevance`` the
+    list is ordered by ``order_key`` (the base score's log-odds plus the recency boost's shift,
+    at most ``margin``) and each shows ``shown_score`` of its key; a context neighbour never
+    above its hit (``cap_context``). Otherwise (RRF fusion) by ``rank_score(fused_rank) x
+    boost`` as the design orders it, scores ``relevance x boost / max_boost`` capped so they
+    never rise down the list. With a reranker the top N are ordered the same way on the
+    cross-encoder's probability, and the tail keeps its fused order below the head's lowest
+    score, no boost.
 
     The floor: a candidate whose base score (relevance, or the cross-encoder's probability) is
     below ``min_score`` is not returned, whatever its boost; one not reranked is judged on its
@@ -123,34 +183,27 @@ def order_candidates(
         for candidate, score in zip(head, raw, strict=True):
             candidate.rerank_score = float(score)
             candidate.base_score = rerank_probability(float(score))
-            candidate.boost = boost_of(candidate)
-            candidate.final_score = min(1.0, candidate.base_score * candidate.boost / scale)
+            _place(candidate, boost_of(candidate), scale, margin)
         head = [c for c in head if c.base_score >= min_score]
-        head.sort(key=lambda c: (-c.final_score, c.memory_id))
-        ceiling = head[-1].final_score if head else 1.0
-        kept_tail: list[Candidate] = []
-        for candidate in tail:
-            candidate.rerank_score = None
-            candidate.base_score = candidate.relevance
-            candidate.boost = 1.0
-            if _floor_value(candidate) < min_score:
-                continue
-            ceiling = min(ceiling, candidate.base_score)
-            candidate.final_score = ceiling
-            kept_tail.append(candidate)
-        return head + kept_tail, BASIS_RERANK
+        cap_context(head, margin)
+        head.sort(key=lambda c: (-c.key, c.context_of is not None, c.memory_id))
+        return head + _below(head, tail, min_score), BASIS_RERANK
     kept = []
     for candidate in candidates:
         candidate.rerank_score = None
         candidate.base_score = candidate.relevance
         if _floor_value(candidate) < min_score:
             continue
-        candidate.boost = boost_of(candidate)
-        candidate.final_score = min(1.0, candidate.base_score * candidate.boost / scale)
+        boost = boost_of(candidate)
+        if by_relevance:
+            _place(candidate, boost, scale, margin)
+        else:
+            candidate.boost = boost
+            candidate.final_score = min(1.0, candidate.base_score * boost / scale)
         kept.append(candidate)
     if by_relevance:
-        ordered = sorted(kept, key=lambda c: (-c.final_score, c.fused_rank, c.memory_id))
-        return ordered, BASIS_FUSED
+        cap_context(kept, margin)
+        return sorted(kept, key=_by_key), BASIS_FUSED
     ordered = sorted(
         kept, key=lambda c: (-rank_score(c.fused_rank, base_k) * c.boost, c.fused_rank, c.memory_id)
     )
@@ -159,6 +212,32 @@ def order_candidates(
         ceiling = min(ceiling, candidate.final_score)
         candidate.final_score = ceiling
     return ordered, BASIS_FUSED
+
+
+def _place(candidate: Candidate, boost: float, scale: float, margin: float) -> None:
+    """A candidate's boost, order key and shown score from its base score."""
+    candidate.boost = boost
+    candidate.key = order_key(candidate.base_score, boost, scale, margin)
+    candidate.final_score = shown_score(candidate.key, margin)
+
+
+def _below(
+    head: Sequence[Candidate], tail: Sequence[Candidate], min_score: float
+) -> list[Candidate]:
+    """The candidates past the rerank window: fused order, each at most the lowest score above
+    it (no boost), those under the floor dropped."""
+    ceiling = head[-1].final_score if head else 1.0
+    kept: list[Candidate] = []
+    for candidate in tail:
+        candidate.rerank_score = None
+        candidate.base_score = candidate.relevance
+        candidate.boost = 1.0
+        if _floor_value(candidate) < min_score:
+            continue
+        ceiling = min(ceiling, candidate.base_score)
+        candidate.final_score = ceiling
+        kept.append(candidate)
+    return kept
 
 
 def fit_budget(

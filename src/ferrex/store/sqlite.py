@@ -462,14 +462,15 @@ class MetadataStore:
 
         Storage order is (created_at, rowid). Per memory: up to ``window`` on each side as
         (id, offset -window..-1 / 1..window, created_at of the neighbour, created_at of the
-        memory, current = t_invalid is null, whether the memory asks a question)."""
+        memory, current = t_invalid is null, whether the memory asks a question, whether both
+        are episodic)."""
         out: dict[str, list[StoredNeighbour]] = {}
         if window <= 0 or not memory_ids:
             return out
         with self._lock:
             for memory_id in memory_ids:
                 row = self._conn.execute(
-                    "SELECT created_at, rowid AS r, "
+                    "SELECT created_at, rowid AS r, type, "
                     f"substr(rtrim(content, ' ' || char(9, 10, 13)), -{ASK_TAIL}) AS tail "
                     "FROM memories WHERE id = ? AND namespace = ?",
                     (memory_id, namespace),
@@ -481,7 +482,7 @@ class MetadataStore:
                 found: list[StoredNeighbour] = []
                 for op, order, sign in (("<", "DESC", -1), (">", "ASC", 1)):
                     rows = self._conn.execute(
-                        "SELECT id, created_at, t_invalid IS NULL AS current FROM memories "
+                        "SELECT id, created_at, t_invalid IS NULL AS current, type FROM memories "
                         f"WHERE namespace = ? AND (created_at, rowid) {op} (?, ?) "
                         f"ORDER BY created_at {order}, rowid {order} LIMIT ?",
                         (namespace, own[0], own[1], window),
@@ -495,6 +496,7 @@ class MetadataStore:
                                 own[0],
                                 bool(near["current"]),
                                 hit_asks,
+                                row["type"] == near["type"] == MemoryType.EPISODIC.value,
                             )
                         )
                 out[memory_id] = found

@@ -15,7 +15,7 @@ from ferrex.core.recall.filters import Scope
 from ferrex.core.recall.records import Scored
 from ferrex.core.requests import RecallRequest
 from ferrex.core.results import RecallHit
-from ferrex.core.retrieval import Candidate
+from ferrex.core.retrieval import Candidate, logit
 from ferrex.core.staleness import STALE, Freshness, assess, effective_confidence
 
 
@@ -64,18 +64,18 @@ def admit(
     *,
     limit: int,
     floor: float,
-    scale: float,
+    margin: float,
     prunable: bool,
     now: datetime,
 ) -> Page:
     """Candidates arrive by relevance (score fusion, no cross-encoder): one under the floor
-    is never returned, nor one whose relevance is under the page's lowest possible score
-    (its ``limit``-th candidate's relevance / the largest boost, ``scale``), as a boost is at
-    most that. Rows are read and assessed only up to there (``prunable``)."""
+    is never returned, nor one whose relevance's log-odds are more than the recency ``margin``
+    under its ``limit``-th candidate's (no boost can lift it past that one: core/retrieval.py
+    ``order_key``). Rows are read and assessed only up to there (``prunable``)."""
     page = Page()
     rows = _Rows(meta, entries, page.rows, limit + 8)
     for rank, record in enumerate(entries, start=1):
-        verdict = _pruned(record, page, limit, floor, scale) if prunable else None
+        verdict = _pruned(record, page, limit, floor, margin) if prunable else None
         if verdict == "stop":
             break
         if verdict == "skip":
@@ -94,7 +94,7 @@ def admit(
 
 
 def _pruned(
-    record: Scored, page: Page, limit: int, floor: float, scale: float
+    record: Scored, page: Page, limit: int, floor: float, margin: float
 ) -> Literal["skip", "stop"] | None:
     """Whether a candidate cannot reach the page: "skip" it, "stop" reading, or None.
 
@@ -111,7 +111,7 @@ def _pruned(
         page.floored = True
         return "stop"
     if len(page.candidates) >= limit and (
-        record.relevance < page.candidates[limit - 1].relevance / scale
+        logit(record.relevance) + margin < logit(page.candidates[limit - 1].relevance)
     ):
         return "stop"
     return None
@@ -132,6 +132,7 @@ def _candidate(record: Scored, rank: int, explain: bool) -> Candidate:
     candidate = Candidate(record.memory_id, record.score, rank, record.dense_rank, record.bm25_rank)
     candidate.relevance = record.relevance
     candidate.floor_basis = record.gate_relevance
+    candidate.context_of = record.context_of
     if explain:
         candidate.extra.update(
             cosine=None if record.cosine is None else round(record.cosine, 6),

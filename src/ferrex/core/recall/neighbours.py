@@ -8,7 +8,13 @@ import math
 
 from ferrex.core.cache import NO_COSINE
 from ferrex.core.deps import Deps
-from ferrex.core.neighbours import context_credit, context_pairs, hit_asks, is_answer
+from ferrex.core.neighbours import (
+    NeighbourCredit,
+    context_credit,
+    context_pairs,
+    hit_asks,
+    is_answer,
+)
 from ferrex.core.ports import IndexFilter, StoredNeighbour
 from ferrex.core.recall.relevance import Evidence
 
@@ -18,11 +24,12 @@ def credit(
     scored: dict[str, tuple[float, Evidence]],
     flt: IndexFilter,
     gate: dict[str, float] | None = None,
-) -> dict[str, str]:
+) -> NeighbourCredit:
     """Context neighbours (core/neighbours.py): updates ``scored`` in place (and ``gate``,
     the two-channel relevance the answer gate judges, with the same credit); returns the
-    neighbours that joined, each with the hit it came by. A filtered recall (entities, a
-    time range, a past moment, history) lets credit reach its own candidates only."""
+    credit: the neighbours that joined, each with the hit it came by, and the hit each
+    memory it raised is context of. A filtered recall (entities, a time range, a past moment,
+    history) lets credit reach its own candidates only."""
     cfg = deps.settings.retrieval.neighbours
     relevance = {mid: value for mid, (value, _) in scored.items()}
     top = sorted(relevance, key=lambda mid: (-relevance[mid], mid))[: cfg.top]
@@ -56,7 +63,7 @@ def credit(
         gate.update(
             context_credit(gate, near, cfg, may_join=may_join, similarity=similarity).relevance
         )
-    return credited.joined
+    return credited
 
 
 def stored_neighbours(

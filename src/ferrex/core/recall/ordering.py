@@ -8,8 +8,9 @@ from datetime import datetime
 from typing import cast
 
 from ferrex.config import Settings
+from ferrex.core.clock import days_between
 from ferrex.core.deps import Deps
-from ferrex.core.memory import Memory
+from ferrex.core.memory import Memory, MemoryType
 from ferrex.core.recall.records import Retrieved
 from ferrex.core.recall.relevance import max_boost
 from ferrex.core.retrieval import Candidate, order_candidates, recency_boost
@@ -42,12 +43,21 @@ def reranker(deps: Deps, query: str, rows: dict[str, Memory], retrieved: Retriev
     return rerank
 
 
+def boost_age_days(memory: Memory, now: datetime) -> float:
+    """The age the recency boost sees: an event's from when it happened (its ``timestamp``;
+    stored today, last year's event is a year old), anything else's from when it was stored.
+    (Staleness counts from creation for every type: core/staleness.py.)"""
+    if memory.type is MemoryType.EPISODIC:
+        return days_between(memory.event_time, now)
+    return age_days(memory, now)
+
+
 def booster(settings: Settings, rows: dict[str, Memory], now: datetime) -> Boost:
     """A candidate's recency boost."""
 
     def boost(candidate: Candidate) -> float:
         memory = rows[candidate.memory_id]
-        return recency_boost(memory.type, age_days(memory, now), settings.recency)
+        return recency_boost(memory.type, boost_age_days(memory, now), settings.recency)
 
     return boost
 
@@ -73,4 +83,5 @@ def order(
         max_boost=max_boost(settings.recency),
         min_score=floor,
         by_relevance=cfg.mode == "hybrid" and cfg.fusion == "relevance",
+        margin=cfg.recency_margin,
     )

@@ -30,6 +30,8 @@ class Scored:
     gate_relevance: float | None = None
     # A context neighbour that joined the candidates: the hit it came by (neighbours.py).
     neighbour_of: str | None = None
+    # The hit whose context credit raised its relevance: never ordered above it.
+    context_of: str | None = None
     # Ranked by BM25, but under the relative floor: not counted in the fused score (explain).
     below_bm25_floor: bool = False
     # The cross-encoder's score, once a recall asked for it (kept with the cache entry).

@@ -13,6 +13,7 @@ from ferrex.core.cache import embedding_hash
 from ferrex.core.deps import Deps
 from ferrex.core.errors import FerrexError
 from ferrex.core.late_interaction import ContentWords, query_tokens
+from ferrex.core.neighbours import NeighbourCredit
 from ferrex.core.ports import IndexFilter, Vector
 from ferrex.core.recall.budget import Fitted, fit
 from ferrex.core.recall.candidates import Page, admit, hit_of
@@ -24,7 +25,7 @@ from ferrex.core.recall.gate import answer_gate, floor_of, held_back, no_results
 from ferrex.core.recall.neighbours import credit
 from ferrex.core.recall.ordering import booster, cross_encoder, order, reranker
 from ferrex.core.recall.records import Retrieved, Scored
-from ferrex.core.recall.relevance import Evidence, max_boost, score
+from ferrex.core.recall.relevance import Evidence, score
 from ferrex.core.requests import RecallRequest
 from ferrex.core.results import RecallHit, RecallResult
 
@@ -70,7 +71,7 @@ class Recall:
             scope,
             limit=limit,
             floor=floor,
-            scale=max_boost(self.settings.recency),
+            margin=cfg.recency_margin,
             prunable=not reranks and cfg.mode == "hybrid" and cfg.fusion == "relevance",
             now=now,
         )
@@ -189,11 +190,11 @@ class Recall:
             fetched=prefetch,
             late=late,
         )
-        joined: dict[str, str] = {}
+        context = NeighbourCredit({})
         if hybrid and cfg.neighbours.weight > 0 and scored:
-            joined = credit(self.deps, scored, flt, gate or None)
+            context = credit(self.deps, scored, flt, gate or None)
         return _records(
-            found, scored, gate, joined, late, by_relevance=hybrid and cfg.fusion == "relevance"
+            found, scored, gate, context, late, by_relevance=hybrid and cfg.fusion == "relevance"
         )
 
     def _hits(
@@ -259,7 +260,7 @@ def _records(
     found: Channels,
     scored: dict[str, tuple[float, Evidence]],
     gate: dict[str, float],
-    joined: dict[str, str],
+    context: NeighbourCredit,
     late: dict[str, float] | None,
     *,
     by_relevance: bool,
@@ -267,7 +268,7 @@ def _records(
     """One record per candidate, in fused order (by the calibrated relevance with score
     fusion, RRF breaking ties)."""
     best = found.fused
-    for mid in joined:
+    for mid in context.joined:
         best.setdefault(mid, 0.0)
     if by_relevance:
         best = {mid: scored[mid][0] for mid in best}
@@ -286,7 +287,8 @@ def _records(
                 bm25_norm=bm25_normed,
                 late=late.get(mid) if late else None,
                 gate_relevance=gate.get(mid, relevance) if gate else None,
-                neighbour_of=joined.get(mid),
+                neighbour_of=context.joined.get(mid),
+                context_of=context.context_of.get(mid),
                 below_bm25_floor=mid in found.below_floor,
             )
         )
