@@ -67,7 +67,9 @@ def halves(questions: Sequence[dict[str, Any]]) -> dict[str, str]:
     return out
 
 
-def open_service(data_dir: Path, clock: TickingClock, overrides: Sequence[str]) -> Any:
+def open_service(
+    data_dir: Path, clock: TickingClock, overrides: Sequence[str], engine: str = "embedded"
+) -> Any:
     from ferrex.bootstrap import Options, build_service
     from ferrex.config import load_settings
     from ferrex.logs import configure
@@ -83,7 +85,12 @@ def open_service(data_dir: Path, clock: TickingClock, overrides: Sequence[str]) 
     }
     cli.update(dict(settings_overrides(overrides)))
     settings, _ = load_settings(cli=cli, environ={})
-    service = build_service(settings, Options(explicit_model_tier=True))
+    options = Options(explicit_model_tier=True)
+    if engine == "qdrant-local":  # the qdrant-client adapter on its local mode (no server here)
+        from qdrant_client import QdrantClient
+
+        options = Options(explicit_model_tier=True, qdrant_client=QdrantClient(":memory:"))
+    service = build_service(settings, options)
     service.clock = clock
     service.ensure_ready()
     return service
@@ -268,12 +275,14 @@ def dump_features(
     path.write_text(json.dumps(out, indent=1), encoding="utf-8")
 
 
-def run(path: Path, overrides: Sequence[str], dump: Path | None) -> dict[str, Any]:
+def run(
+    path: Path, overrides: Sequence[str], dump: Path | None, engine: str = "embedded"
+) -> dict[str, Any]:
     data = load(path)
     now = datetime.fromisoformat(data["now"]).replace(hour=9, tzinfo=UTC)
     clock = TickingClock(now)
     with tempfile.TemporaryDirectory(prefix="ferrex-assistant-") as tmp:
-        service = open_service(Path(tmp), clock, overrides)
+        service = open_service(Path(tmp), clock, overrides, engine)
         try:
             ids, findings = store_all(service, clock, data["memories"])
             key_of = {v: k for k, v in ids.items()}
@@ -303,8 +312,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the scores and rows here")
     parser.add_argument("--verbose", action="store_true", help="each question that missed")
     parser.add_argument("--curve", action="store_true", help="print the top-score curve")
+    parser.add_argument(
+        "--engine",
+        choices=("embedded", "qdrant-local"),
+        default="embedded",
+        help="the embedded engine, or the qdrant-client adapter in its local mode",
+    )
     args = parser.parse_args(argv)
-    result = run(args.path, args.set, args.dump)
+    result = run(args.path, args.set, args.dump, args.engine)
     for finding in result["findings"]:
         print(f"store: {finding}")
     for name in ("all", "tune", "check"):
