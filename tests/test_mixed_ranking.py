@@ -70,7 +70,7 @@ async def store_set(client: Any, data: dict[str, Any]) -> dict[str, str]:
 
 
 async def ask(client: Any, question: str, limit: int = 5) -> dict[str, Any]:
-    return await ok(client, "recall", {"query": question, "limit": limit})
+    return await ok(client, "recall", {"query": question, "limit": limit, "explain": True})
 
 
 def ranked(answer: dict[str, Any], key_of: dict[str, str]) -> list[str]:
@@ -78,9 +78,13 @@ def ranked(answer: dict[str, Any], key_of: dict[str, str]) -> list[str]:
 
 
 def honest_scores(answer: dict[str, Any]) -> None:
+    """Scores in [0, 1], never rising down the page, never above the base score (the
+    relevance, or the cross-encoder's probability) that ``explain`` shows."""
     scores = [r["score"] for r in answer["results"]]
     assert all(0.0 <= s <= 1.0 for s in scores), scores
     assert scores == sorted(scores, reverse=True), scores
+    for result in answer["results"]:
+        assert result["score"] <= result["explain"]["base_score"] + 1e-4, result
 
 
 async def test_a_small_mixed_store_answers_with_its_fact_its_current_value_and_its_procedure(

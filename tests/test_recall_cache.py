@@ -367,3 +367,18 @@ def test_an_import_between_two_memories_changes_their_neighbours_at_once(
     fresh = ranking(make_service(data))
     assert [i for i, _ in fresh] == [i for i, _ in after]
     assert [s for _, s in fresh] == pytest.approx([s for _, s in after], abs=1e-3)
+
+
+def test_stored_neighbours_carry_both_types(service: MemoryService) -> None:
+    """SQLite returns each neighbour's type and the hit's; core decides what is context (only
+    events for events: core/neighbours.py)."""
+    event = invoke(service, "store", {"content": "The deploy of the api failed at 10:02"})
+    fact = invoke(
+        service, "store", {"subject": "api", "predicate": "deployed_by", "object": "argo"}
+    )
+    later = invoke(service, "store", {"content": "The api deploy was retried at 10:05"})
+    near = service.meta.stored_neighbours(service.deps.namespace, [event["id"]], 2)
+    assert [(n[0], n[6], n[7]) for n in near[event["id"]]] == [
+        (fact["id"], "semantic", "episodic"),
+        (later["id"], "episodic", "episodic"),
+    ]

@@ -6,6 +6,8 @@ import math
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ferrex.config import RecencyConfig, RetrievalConfig
 from ferrex.core.memory import MemoryType
@@ -215,7 +217,7 @@ def test_a_small_store_counts_its_bm25_evidence_for_less() -> None:
     )
 
     assert RetrievalConfig().bm25_min_points == 500 and SMALL_STORE_FLOOR == 0.6
-    assert small_store_factor(150, 500) == pytest.approx(idf_one(150) / idf_one(500))  # 0.80
+    assert small_store_factor(150, 500) == pytest.approx(idf_one(150) / idf_one(500))  # 0.79
     assert small_store_factor(499, 500) == pytest.approx(idf_one(499) / idf_one(500))
     assert small_store_factor(500, 500) == 1.0 and small_store_factor(100_000, 500) == 1.0
     assert small_store_factor(20, 500) == 0.6  # 0.45 by the ratio: the floor
@@ -299,10 +301,10 @@ def test_context_neighbours_credit_by_noisy_or_within_the_gap() -> None:
     )
     near = {
         "hit": [
-            ("prev", -1, t0, t1, True, False, True),
-            ("next2", 2, t1, t1, True, False, True),
-            ("week-later", 1, later, t1, True, False, True),
-            ("superseded", -2, t0, t1, False, False, True),
+            ("prev", -1, t0, t1, True, False, "episodic", "episodic"),
+            ("next2", 2, t1, t1, True, False, "episodic", "episodic"),
+            ("week-later", 1, later, t1, True, False, "episodic", "episodic"),
+            ("superseded", -2, t0, t1, False, False, "episodic", "episodic"),
         ]
     }
     credit = context_credit({"hit": 0.8, "next2": 0.5}, near, cfg, may_join=True)
@@ -325,9 +327,9 @@ def test_context_lifts_a_memory_at_most_to_the_hit_it_is_context_of() -> None:
     t = "2026-01-01T10:00:00+00:00"
     near = {
         "hit": [
-            ("close", -1, t, t, True, False, True),
-            ("above", 1, t, t, True, False, True),
-            ("low", 2, t, t, True, False, True),
+            ("close", -1, t, t, True, False, "episodic", "episodic"),
+            ("above", 1, t, t, True, False, "episodic", "episodic"),
+            ("low", 2, t, t, True, False, "episodic", "episodic"),
         ]
     }
     relevance = {"hit": 0.5, "close": 0.45, "above": 0.6, "low": 0.1}
@@ -344,7 +346,12 @@ def test_decay_zero_makes_only_the_nearest_neighbours_context() -> None:
 
     cfg = NeighbourConfig(weight=0.4, decay=0.0, window=2, gap_seconds=3600, min_similarity=-1)
     t = "2026-01-01T10:00:00+00:00"
-    near = {"hit": [("next", 1, t, t, True, False, True), ("next2", 2, t, t, True, False, True)]}
+    near = {
+        "hit": [
+            ("next", 1, t, t, True, False, "episodic", "episodic"),
+            ("next2", 2, t, t, True, False, "episodic", "episodic"),
+        ]
+    }
     credit = context_credit({"hit": 0.5}, near, cfg, may_join=True)
     assert credit.relevance["next"] == pytest.approx(0.2) and "next2" not in credit.relevance
     assert credit.joined == {"next": "hit"}
@@ -360,9 +367,9 @@ def test_a_neighbour_about_something_else_gets_no_credit() -> None:
     t = "2026-01-01T10:00:00+00:00"
     near = {
         "hit": [
-            ("same", -1, t, t, True, False, True),
-            ("other", 1, t, t, True, False, True),
-            ("gone", 2, t, t, True, False, True),
+            ("same", -1, t, t, True, False, "episodic", "episodic"),
+            ("other", 1, t, t, True, False, "episodic", "episodic"),
+            ("gone", 2, t, t, True, False, "episodic", "episodic"),
         ]
     }
     similarity = {("hit", "same"): 0.4, ("hit", "other"): 0.399}  # "gone": no cosine
@@ -418,9 +425,9 @@ def test_the_answer_to_a_question_gets_its_credit_whatever_its_cosine() -> None:
     def near(asks: bool) -> dict[str, list[tuple[str, int, str, str, bool, bool]]]:
         return {
             "hit": [
-                ("before", -1, t, t, True, asks, True),
-                ("answer", 1, t, t, True, asks, True),
-                ("after2", 2, t, t, True, asks, True),
+                ("before", -1, t, t, True, asks, "episodic", "episodic"),
+                ("answer", 1, t, t, True, asks, "episodic", "episodic"),
+                ("after2", 2, t, t, True, asks, "episodic", "episodic"),
             ]
         }
 
@@ -446,8 +453,8 @@ def test_the_answer_to_a_question_gets_its_credit_whatever_its_cosine() -> None:
     # (may_join False) credits an answer only when it is a candidate already.
     later = "2026-01-01T12:00:01+00:00"
     gone = {
-        "hit": [("old", 1, t, t, False, True, True)],
-        "hit2": [("late", 1, later, t, True, True, True)],
+        "hit": [("old", 1, t, t, False, True, "episodic", "episodic")],
+        "hit2": [("late", 1, later, t, True, True, "episodic", "episodic")],
     }
     none = context_credit({"hit": 0.8, "hit2": 0.8}, gone, cfg, may_join=True, similarity=low)
     assert set(none.relevance) == {"hit", "hit2"}
@@ -549,3 +556,128 @@ def test_stored_neighbours_say_whether_their_hit_asks(tmp_path: Path) -> None:
     assert not any(row[5] for row in near["m1"]) and not any(row[5] for row in near["m2"])
     assert meta.stored_neighbours("other", ["alone"], 2) == {"alone": []}
     meta.close()
+
+
+def test_a_chain_of_neighbours_never_ends_above_its_first_hit() -> None:
+    """A is context of B, B of C: each ends at most at the key of the hit above it, after that
+    hit's own cap (the fresher A and B do not pass C)."""
+    c = Candidate("c", 0.0, 1, relevance=0.90)
+    b = Candidate("b", 0.0, 2, relevance=0.86, context_of="c")
+    a = Candidate("a", 0.0, 3, relevance=0.84, context_of="b")
+    ages = {"c": 400.0, "b": 0.0, "a": 0.0}
+    ordered, _ = order_candidates(
+        [c, b, a],
+        rerank_top_n=0,
+        rerank=None,
+        boost_of=lambda x: recency_boost("episodic", ages[x.memory_id], CFG),
+        base_k=5,
+        max_boost=1.3,
+        margin=0.75,
+    )
+    assert ordered[0].memory_id == "c"
+    assert ordered[0].final_score >= ordered[1].final_score >= ordered[2].final_score
+
+
+def test_exactly_the_margin_apart_the_fused_rank_decides() -> None:
+    from ferrex.core.retrieval import logit
+
+    low = 0.5
+    high = 1 / (1 + math.exp(-0.75))  # log-odds exactly 0.75 above
+    assert logit(high) - logit(low) == pytest.approx(0.75)
+    fresh = Candidate("fresh", 0.0, 2, relevance=low)
+    old = Candidate("old", 0.0, 1, relevance=high)
+    ages = {"fresh": 0.0, "old": 10_000.0}
+    ordered, _ = order_candidates(
+        [old, fresh],
+        rerank_top_n=0,
+        rerank=None,
+        boost_of=lambda x: recency_boost("episodic", ages[x.memory_id], CFG),
+        base_k=5,
+        max_boost=1.3,
+        margin=0.75,
+    )
+    assert ordered[0].key == pytest.approx(ordered[1].key)
+    assert [c.memory_id for c in ordered] == ["old", "fresh"]  # fused rank 1 first
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(0.001, 0.999),
+            st.floats(1.0, 1.3),
+            st.integers(-1, 30),
+        ),
+        min_size=1,
+        max_size=30,
+    ),
+    st.integers(1, 10),
+)
+def test_the_pruning_bound_never_drops_a_member_of_the_page(
+    rows: list[tuple[float, float, int]], limit: int
+) -> None:
+    """core/recall/candidates.py stops reading the fused list (by relevance) at the first
+    candidate whose log-odds plus the margin are under the ``limit``-th one's: no boost and no
+    context cap can put such a candidate on the page."""
+    from ferrex.core.retrieval import logit
+
+    relevances = sorted((r for r, _, _ in rows), reverse=True)
+    candidates = []
+    for rank, (relevance, (_, _, hit)) in enumerate(zip(relevances, rows, strict=True), 1):
+        candidate = Candidate(f"m{rank:02d}", 0.0, rank, relevance=relevance)
+        if 0 < hit < rank:  # context of a more relevant candidate
+            candidate.context_of = f"m{hit:02d}"
+        candidates.append(candidate)
+    boosts = {f"m{rank:02d}": boost for rank, (_, boost, _) in enumerate(rows, 1)}
+    ordered, _ = order_candidates(
+        candidates,
+        rerank_top_n=0,
+        rerank=None,
+        boost_of=lambda c: boosts[c.memory_id],
+        base_k=5,
+        max_boost=1.3,
+        margin=0.75,
+    )
+    if len(relevances) <= limit:
+        return
+    bound = logit(relevances[limit - 1])
+    pruned = {c.memory_id for c in candidates if logit(c.relevance) + 0.75 < bound}
+    assert not pruned & {c.memory_id for c in ordered[:limit]}
+
+
+def test_context_of_names_the_most_relevant_hit_that_raised_a_memory() -> None:
+    from ferrex.config import NeighbourConfig
+    from ferrex.core.neighbours import context_credit
+
+    cfg = NeighbourConfig(weight=0.5, decay=0.5, window=2, gap_seconds=3600, min_similarity=-1)
+    t = "2026-01-01T10:00:00+00:00"
+    event = ("episodic", "episodic")
+    near = {
+        "h1": [("n", 1, t, t, True, False, *event), ("strong", -1, t, t, True, False, *event)],
+        "h2": [("n", -1, t, t, True, False, *event)],
+        "h3": [("n", 1, t, t, True, False, *event)],
+    }
+    relevance = {"h1": 0.6, "h2": 0.7, "h3": 0.7, "n": 0.1, "strong": 0.65}
+    credit = context_credit(relevance, near, cfg, may_join=True)
+    assert credit.context_of["n"] == "h2"  # 0.7 ties 0.7: the first id; over h1's 0.6
+    assert "strong" not in credit.context_of  # above its hit: not raised, keeps its own 0.65
+    assert credit.relevance["strong"] == 0.65
+
+
+def test_a_fact_or_procedure_next_to_an_event_is_not_its_context() -> None:
+    from ferrex.config import NeighbourConfig
+    from ferrex.core.neighbours import context_credit
+
+    cfg = NeighbourConfig(weight=0.5, decay=0.5, window=2, gap_seconds=3600, min_similarity=-1)
+    t = "2026-01-01T10:00:00+00:00"
+    near = {
+        "hit": [
+            ("fact", 1, t, t, True, False, "semantic", "episodic"),
+            ("steps", -1, t, t, True, False, "procedural", "episodic"),
+            ("event", 2, t, t, True, False, "episodic", "episodic"),
+        ],
+        "fact-hit": [("event2", 1, t, t, True, False, "episodic", "semantic")],
+    }
+    credit = context_credit({"hit": 0.8, "fact-hit": 0.9}, near, cfg, may_join=True)
+    assert set(credit.joined) == {"event"}
+    assert credit.joined["event"] == "hit"

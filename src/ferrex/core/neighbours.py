@@ -31,7 +31,10 @@ from datetime import datetime
 from functools import lru_cache
 
 from ferrex.config import NeighbourConfig
+from ferrex.core.memory import MemoryType
 from ferrex.core.ports import StoredNeighbour
+
+EPISODIC = MemoryType.EPISODIC.value
 
 
 @dataclass
@@ -97,14 +100,32 @@ def context_pairs(
     for hit, near in neighbours.items():
         if relevance.get(hit, 0.0) <= 0:
             continue
-        for other, offset, created, hit_created, current, _, events in near:
-            if not current or other == hit or not events:
-                continue
+        for other, offset, created, hit_created, current, _, kind, hit_kind in near:
+            if not current or other == hit or not (kind == hit_kind == EPISODIC):
+                continue  # (context is between events: a fact or a procedure stands alone)
             if gap_seconds(created, hit_created) > config.gap_seconds:
                 continue
             if other not in relevance and not may_join:
                 continue
             yield hit, other, offset
+
+
+def pair_credit(
+    hit_relevance: float,
+    offset: int,
+    asks: bool,
+    config: NeighbourConfig,
+    similarity: Mapping[tuple[str, str], float] | None,
+    pair: tuple[str, str],
+) -> float:
+    """The credit a hit passes to one neighbour: ``answer_weight x relevance`` to its answer,
+    ungated; else ``weight x decay^(distance - 1) x relevance`` if the pair is about the same
+    thing (cosine at least ``min_similarity``, where similarities are given); else 0."""
+    if is_answer(offset, asks, config):
+        return config.answer_weight * hit_relevance
+    if similarity is not None and similarity.get(pair, -1.0) < config.min_similarity:
+        return 0.0
+    return config.weight * config.decay ** (abs(offset) - 1) * hit_relevance
 
 
 def context_credit(
@@ -118,7 +139,8 @@ def context_credit(
     """New relevance of every candidate (and joined neighbour) after context credit.
 
     ``neighbours`` maps a hit to its stored neighbours as (id, offset, created_at, the hit's
-    created_at, current, whether the hit asks) — ``ports.StoredNeighbour``. Only current
+    created_at, current, whether the hit asks, its type, the hit's type) —
+    ``ports.StoredNeighbour``; only events pass credit to events. Only current
     memories receive credit; ``may_join`` False (a filtered recall) lets credit reach existing
     candidates only.
     With ``similarity`` (the dense cosine of (hit, neighbour) pairs), a pair under
@@ -131,12 +153,7 @@ def context_credit(
     cap: dict[str, tuple[float, str]] = {}  # memory -> the most relevant hit it is context of
     asks = {hit: hit_asks(near) for hit, near in neighbours.items()}
     for hit, other, offset in context_pairs(relevance, neighbours, config, may_join=may_join):
-        if is_answer(offset, asks[hit], config):
-            credit = config.answer_weight * relevance[hit]
-        elif similarity is not None and similarity.get((hit, other), -1.0) < config.min_similarity:
-            continue
-        else:
-            credit = config.weight * config.decay ** (abs(offset) - 1) * relevance[hit]
+        credit = pair_credit(relevance[hit], offset, asks[hit], config, similarity, (hit, other))
         if credit <= 0:
             continue  # (decay 0: only the nearest neighbours are context)
         keep[other] = keep.get(other, 1.0) * (1.0 - credit)

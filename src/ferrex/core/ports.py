@@ -114,9 +114,9 @@ class Reranker(Protocol):
 Validity = Literal["current", "all"]
 
 # A memory stored next to another (MetadataStore.stored_neighbours): (its id, offset from the
-# other, its created_at, the other's created_at, current, whether the other asks a question,
-# whether both are episodic).
-StoredNeighbour = tuple[str, int, str, str, bool, bool, bool]
+# other, its created_at, the other's created_at, current, whether the other asks a question, its
+# type, the other's type).
+StoredNeighbour = tuple[str, int, str, str, bool, bool, str, str]
 
 
 @dataclass(frozen=True)

@@ -114,26 +114,40 @@ def recency_shift(boost: float, max_boost: float, margin: float) -> float:
 def order_key(base: float, boost: float, max_boost: float, margin: float) -> float:
     """Where a candidate of base score ``base`` (a probability) and recency ``boost`` stands:
     its log-odds plus the boost's shift. Candidates whose log-odds differ by more than
-    ``margin`` are never reordered by age; within it, the fresher comes first."""
+    ``margin`` are never reordered by age; within it, the higher key comes first."""
     return logit(base) + recency_shift(boost, max_boost, margin)
 
 
 def shown_score(key: float, margin: float) -> float:
-    """The score an answer shows for an order key: the relevance for a candidate with the
-    largest boost, less (at most ``margin`` logits) for older ones; monotone in the key, so
+    """The score an answer shows for an order key: the base score for a candidate with the
+    largest boost, less (at most ``margin`` logits) for a smaller one (older, or a type the
+    design boosts less: a procedure always shows ``margin`` less); monotone in the key, so
     scores never rise down a page, and in [0, 1] for every type."""
     return sigmoid(key - margin)
 
 
 def cap_context(candidates: Sequence[Candidate], margin: float) -> None:
     """A context neighbour never stands above the hit it is context of (docs/recall.md): its
-    key is at most its hit's, and it comes after the hit at a tie."""
-    keys = {c.memory_id: c.key for c in candidates}
+    key is at most its hit's — after that hit's own cap, along a chain of neighbours — and it
+    comes after the hit at a tie. (Credit only flows to memories less relevant than their hit,
+    so a chain never closes on itself.)"""
+    by_id = {c.memory_id: c for c in candidates}
+    capped: dict[str, float] = {}
+
+    def ceiling(candidate: Candidate, seen: frozenset[str]) -> float:
+        if candidate.memory_id not in capped:
+            key = candidate.key
+            hit = by_id.get(candidate.context_of or "")
+            if hit is not None and hit.memory_id not in seen:
+                key = min(key, ceiling(hit, seen | {candidate.memory_id}))
+            capped[candidate.memory_id] = key
+        return capped[candidate.memory_id]
+
     for candidate in candidates:
-        hit = candidate.context_of
-        if hit is not None and hit in keys and candidate.key > keys[hit]:
-            candidate.key = keys[hit]
-            candidate.final_score = shown_score(candidate.key, margin)
+        key = ceiling(candidate, frozenset())
+        if key < candidate.key:
+            candidate.key = key
+            candidate.final_score = shown_score(key, margin)
 
 
 def _by_key(candidate: Candidate) -> tuple[float, bool, int, str]:
@@ -185,8 +199,9 @@ def order_candidates(
             candidate.base_score = rerank_probability(float(score))
             _place(candidate, boost_of(candidate), scale, margin)
         head = [c for c in head if c.base_score >= min_score]
-        cap_context(head, margin)
-        head.sort(key=lambda c: (-c.key, c.context_of is not None, c.memory_id))
+        # (No context cap: the cross-encoder scores each memory on its own, credit plays no
+        # part in its probability.)
+        head.sort(key=lambda c: (-c.key, c.memory_id))
         return head + _below(head, tail, min_score), BASIS_RERANK
     kept = []
     for candidate in candidates:

@@ -462,8 +462,8 @@ class MetadataStore:
 
         Storage order is (created_at, rowid). Per memory: up to ``window`` on each side as
         (id, offset -window..-1 / 1..window, created_at of the neighbour, created_at of the
-        memory, current = t_invalid is null, whether the memory asks a question, whether both
-        are episodic)."""
+        memory, current = t_invalid is null, whether the memory asks a question, the
+        neighbour's type, the memory's type)."""
         out: dict[str, list[StoredNeighbour]] = {}
         if window <= 0 or not memory_ids:
             return out
@@ -496,7 +496,8 @@ class MetadataStore:
                                 own[0],
                                 bool(near["current"]),
                                 hit_asks,
-                                row["type"] == near["type"] == MemoryType.EPISODIC.value,
+                                near["type"],
+                                row["type"],
                             )
                         )
                 out[memory_id] = found

@@ -21,9 +21,9 @@ The weights are a logistic regression fitted on the dev halves of LoCoMo and Sci
 best candidate of a question nothing answers still scores low, which is what the relevance floor
 (``retrieval.min_score``) relies on.
 
-The recency boost stays multiplicative (spec) and is normalised by the largest boost any type
-can get, so ``score = relevance x boost / max_boost`` stays in [0, 1]; the floor compares the
-relevance before the boost, so a boost alone never lifts an unrelated memory into the results.
+The recency boost orders candidates within a margin of this relevance (core/retrieval.py
+``order_key``); the floor compares the relevance before it, so a boost alone never lifts an
+unrelated memory into the results.
 """
 
 from __future__ import annotations
@@ -94,11 +94,6 @@ def max_boost(config: RecencyConfig) -> float:
     """The largest recency boost any memory type can get (1 + the largest amplitude)."""
     curves = (config.episodic, config.semantic, config.procedural)
     return 1.0 + max((c.amplitude for c in curves if c.half_life_days > 0), default=0.0)
-
-
-def boosted(base: float, boost: float, config: RecencyConfig) -> float:
-    """``base x boost`` normalised so a maximal boost on a certain match is 1."""
-    return min(1.0, base * boost / max_boost(config))
 
 
 Evidence = tuple[float | None, float | None, float]  # (cosine, raw BM25, normalised BM25)

@@ -273,7 +273,10 @@ def _records(
     if by_relevance:
         best = {mid: scored[mid][0] for mid in best}
     records = []
-    for mid, fused in sorted(best.items(), key=lambda item: (-item[1], item[0])):
+    # At a tie, a memory lifted by context after the others (credit lifts it at most to its
+    # hit's relevance, exactly, often).
+    lifted = context.context_of
+    for mid, fused in sorted(best.items(), key=lambda item: (-item[1], item[0] in lifted, item[0])):
         relevance, (cosine, bm25, bm25_normed) = scored.get(mid, (0.0, (None, None, 0.0)))
         records.append(
             Scored(
