@@ -20,7 +20,13 @@ A distinguishing token is one of:
   "today" / "yesterday" / "tomorrow");
 - the polarity of an outcome (passed / failed, succeeded / failed, enabled / disabled,
   approved / rejected, up / down after a service word is not guessed) and a negation ("not",
-  "never", "n't").
+  "never", "n't", and the contrasts "instead of", "rather than", "no longer", "as opposed to",
+  "in place of": each says that something is not so).
+
+Beyond the tokens, *where* a contrast attaches (:func:`swapped`): "comments in the PR, not in
+Slack" and "comments in Slack, not in the PR" hold the same words and tokens, but a word moved
+across the contrast (not, instead of, rather than, over, versus, no longer, from X to Y, X -> Y):
+they say opposite things and are never duplicates.
 
 Everything else (case, punctuation, articles, "on" / "at", synonyms) is left to the
 similarity measures, so a true rewording still matches.
@@ -126,6 +132,19 @@ _POLARITY: dict[str, tuple[str, ...]] = {
 }
 _POLARITY_OF = {spelling: token for token, spellings in _POLARITY.items() for spelling in spellings}
 
+# Contrasts that negate one side: a distinguishing "not" wherever they stand.
+_CONTRAST_NOT = re.compile(r"\b(?:instead of|rather than|no longer|as opposed to|in place of)\b")
+# Where a text splits into the side it keeps and the side it contrasts with (:func:`swapped`).
+_CONTRAST = re.compile(
+    r"\b(?:instead of|rather than|as opposed to|in place of|no longer|and not|but not|not|"
+    r"never|over|versus|vs)\b|n['’]t\b|→|->|=>"
+)
+_FROM_TO = re.compile(r"\bfrom\b(?P<old>.+?)\bto\b(?P<new>.+)")
+# Words too common to say which side of a contrast a text puts a thing on.
+_FILLER = frozenset(
+    "a an the in on at of to for with and or is are was were be been it its this that our we "
+    "i you they he she my your their by as from".split()
+)
 _UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b")
 _HEX = re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,64}\b")
 _ISO_DATE = re.compile(r"\b(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})(?:t(?=\d))?")
@@ -193,6 +212,8 @@ def tokens(text: str) -> frozenset[str]:
     if "n't" in lowered or "n’t" in lowered:
         found.add("not")
         lowered = _NEGATION.sub(" ", lowered)
+    if _CONTRAST_NOT.search(lowered):
+        found.add("not")
     words = _WORD.findall(lowered)
     for word in words:
         if word in _NUMBER_WORDS:
@@ -215,6 +236,38 @@ def _quantity(match: re.Match[str]) -> str:
 
 
 def differ(a: str, b: str) -> bool:
-    """True when ``a`` and ``b`` carry different distinguishing tokens: they name different
-    things (events, values, entities, relations) however similar they read."""
-    return tokens(a) != tokens(b)
+    """True when ``a`` and ``b`` carry different distinguishing tokens, or the same words on
+    opposite sides of a contrast (:func:`swapped`): they name different things (events,
+    values, entities, relations) however similar they read."""
+    return tokens(a) != tokens(b) or swapped(a, b)
+
+
+@lru_cache(maxsize=8192)
+def sides(text: str) -> tuple[frozenset[str], frozenset[str]] | None:
+    """The content words before and after a text's first contrast ("from X to Y": X and Y);
+    None without one."""
+    lowered = text.lower()
+    moved = _FROM_TO.search(lowered)
+    if moved is not None:
+        return _words(lowered[: moved.start()] + moved["old"]), _words(moved["new"])
+    found = _CONTRAST.search(lowered)
+    if found is None:
+        return None
+    return _words(lowered[: found.start()]), _words(lowered[found.end() :])
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(w for w in _WORD.findall(text) if w not in _FILLER)
+
+
+def swapped(a: str, b: str) -> bool:
+    """True when a word stands on one side of a contrast in ``a`` and on the other in ``b``
+    (and not on both sides of either): "X, not Y" against "Y, not X", "from X to Y" against
+    "from Y to X". A rewording that keeps each word on its side is not swapped."""
+    first, second = sides(a), sides(b)
+    if first is None or second is None:
+        return False
+    (kept_a, other_a), (kept_b, other_b) = first, second
+    forward = (kept_a - other_a) & (other_b - kept_b)
+    backward = (other_a - kept_a) & (kept_b - other_b)
+    return bool(forward or backward)
