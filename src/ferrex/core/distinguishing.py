@@ -142,8 +142,43 @@ _CONTRAST = re.compile(
 _FROM_TO = re.compile(r"\bfrom\b(?P<old>.+?)\bto\b(?P<new>.+)")
 # Words too common to say which side of a contrast a text puts a thing on.
 _FILLER = frozenset(
-    "a an the in on at of to for with and or is are was were be been it its this that our we "
-    "i you they he she my your their by as from".split()
+    [
+        "a",
+        "an",
+        "the",
+        "in",
+        "on",
+        "at",
+        "of",
+        "to",
+        "for",
+        "with",
+        "and",
+        "or",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "it",
+        "its",
+        "this",
+        "that",
+        "our",
+        "we",
+        "i",
+        "you",
+        "they",
+        "he",
+        "she",
+        "my",
+        "your",
+        "their",
+        "by",
+        "as",
+        "from",
+    ]
 )
 _UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b")
 _HEX = re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,64}\b")
