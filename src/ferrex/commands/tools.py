@@ -40,8 +40,11 @@ def tool_arguments(command: str, args: argparse.Namespace, settings: Settings) -
                 context = json.loads(args.context)
             except json.JSONDecodeError as exc:
                 raise UsageError(f"--context must be a JSON object ({exc.msg})") from None
+        content = args.content
+        if content == "-":  # the convention: "-" reads the content from standard input
+            content = sys.stdin.read().rstrip("\n")
         return _given(
-            content=args.content,
+            content=content,
             type=args.type,
             entities=args.entities,
             subject=args.subject,
@@ -90,6 +93,21 @@ def tool_arguments(command: str, args: argparse.Namespace, settings: Settings) -
     raise UsageError(f"unknown command {command}")
 
 
+def _cli_message(exc: Any) -> str:
+    """The refusal as a person at the terminal acts on it: a duplicate's hint in CLI syntax
+    (the agent's own text speaks tool syntax, ``supersedes="..."``)."""
+    details = exc.details or {}
+    existing = details.get("existing_id")
+    if exc.code == "duplicate" and existing:
+        similarity = details.get("similarity")
+        cosine = f" (cosine {similarity:.3f})" if isinstance(similarity, float) else ""
+        return (
+            f"a similar memory already exists: {existing}{cosine}. Nothing was stored; to "
+            f"replace it, run the same command with --supersedes {existing}"
+        )
+    return str(exc.message)
+
+
 def run_tool_command(
     command: str, args: argparse.Namespace, settings: Settings, explicit_tier: bool
 ) -> int:
@@ -109,7 +127,7 @@ def run_tool_command(
         if as_json:
             error = {"error": exc.details or {"code": exc.code, "message": exc.message}}
             sys.stdout.write(json.dumps(error, indent=2, ensure_ascii=False) + "\n")
-        sys.stderr.write(f"error [{exc.code}]: {exc.message}\n")
+        sys.stderr.write(f"error [{exc.code}]: {_cli_message(exc)}\n")
         return EXIT_REFUSED
     if as_json:
         sys.stdout.write(json.dumps(answer, indent=2, ensure_ascii=False, default=str) + "\n")

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 
 Clock = Callable[[], datetime]
 
 _FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+# An ISO-8601 date or date-time by its form alone (whether the day exists or not).
+_ISO_SHAPE = re.compile(
+    r"^\d{4}-\d{2}-\d{2}(?:[Tt ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?)?(?:[Zz]|[+-]\d{2}:?\d{2})?$"
+)
 SECONDS_PER_DAY = 86_400.0
 
 
@@ -44,6 +49,11 @@ def parse_timestamp(text: str) -> datetime:
         else:
             moment = datetime.fromisoformat(raw.replace("z", "Z"))
     except ValueError as exc:
+        if _ISO_SHAPE.match(raw):  # the form is right, the calendar or the clock is not
+            raise ValueError(
+                f"'{raw[:40]}' is an ISO-8601 timestamp of a moment that does not exist "
+                f"({exc}): check the day, month and time"
+            ) from exc
         raise ValueError(
             f"'{raw[:40]}' is not an ISO-8601 timestamp (e.g. 2026-04-03T10:30:00Z)"
         ) from exc

@@ -10,12 +10,14 @@ stderr. Binding a non-loopback interface without a configured token is refused.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hmac
 import ipaddress
 import json
 import os
 import secrets
 import signal
+import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -164,10 +166,40 @@ def build_app(mcp: FerrexMcp, bind: Bind, token: str) -> Any:
     return BearerAuth(app, token)
 
 
+def listen(bind: Bind) -> socket.socket | None:
+    """The listening socket, bound before anything starts (handed to uvicorn, so nothing can
+    take the port in between); None, said in one line on stderr, when the address cannot be
+    had (a port in use, a host this machine does not have)."""
+    try:
+        infos = socket.getaddrinfo(bind.host, bind.port, type=socket.SOCK_STREAM)
+        family, kind, proto, _, address = infos[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        sys.stderr.write(f"error: cannot listen on {bind.url}: {exc.strerror or exc}\n")
+        return None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        hint = (
+            " (another server uses it: pick another port)" if exc.errno == errno.EADDRINUSE else ""
+        )
+        sys.stderr.write(f"error: cannot listen on {bind.url}: {exc.strerror or exc}{hint}\n")
+        return None
+    sock.set_inheritable(True)
+    return sock
+
+
 async def serve_http(
     backend: SharedBackend, bind: Bind, token: str, default_namespace: str = "default"
 ) -> int:
     import uvicorn
+
+    sock = listen(bind)
+    if sock is None:
+        return 2
 
     mcp = FerrexMcp(backend, default_namespace)
     config = uvicorn.Config(
@@ -207,7 +239,7 @@ async def serve_http(
         tasks.start_soon(start_backend)
         log.info("ferrex team server listening", url=bind.url, loopback=bind.loopback)
         try:
-            await server.serve()
+            await server.serve(sockets=[sock])
         finally:
             tasks.cancel_scope.cancel()
             with anyio.CancelScope(shield=True):
