@@ -7,7 +7,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from tests.conftest import call, ferrex_command, mcp_client
+from mcp import Client
+from tests.conftest import call, ferrex_command, mcp_client, server_params
 from tests.test_cli_ops import cli, cli_env
 
 pytestmark = pytest.mark.anyio
@@ -73,3 +74,31 @@ async def test_an_impossible_date_is_called_one(tmp_path: Path, models_dir: Path
         assert "day is out of range for month" in message
         wrong = await call(client, "recall", {"query": "backups", "as_of": "last tuesday"})
         assert "is not an ISO-8601 timestamp" in wrong["error"]["message"]
+
+
+async def test_the_example_config_is_safe_to_copy_and_a_set_tier_is_named_by_its_source(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    """ferrex.toml.example copied as the store's config changes no model (model_tier is
+    commented out); a model_tier set in the file on a store of another model is refused with
+    what set it: the file's key for the agent, the file's path only for the person at the CLI."""
+    data = tmp_path / "d"
+    cli(data, models_dir, "--model-tier", "small", "store", "the staging db moved to eu-west")
+    example = Path(__file__).resolve().parents[1] / "ferrex.toml.example"
+    (data / "ferrex.toml").write_text(example.read_text(encoding="utf-8"), encoding="utf-8")
+    assert (
+        '"the staging db moved to eu-west"'
+        in cli(data, models_dir, "recall", "staging db", "--json").stdout
+    )
+    (data / "ferrex.toml").write_text('model_tier = "best"\n', encoding="utf-8")
+    refused = cli(data, models_dir, "recall", "staging db", check=1)
+    assert "error [model_mismatch]" in refused.stderr
+    assert "(by the model_tier key of ferrex.toml)" in refused.stderr
+    assert f"(model_tier is set in {data / 'ferrex.toml'})" in refused.stderr
+    params = server_params(data, models_dir)
+    params.args = [a for a in params.args if a not in ("--model-tier", "small")]  # the file's
+    async with Client(params) as client:
+        answer = await call(client, "recall", {"query": "staging db"})
+    message = answer["error"]["message"]
+    assert answer["error"]["code"] == "model_mismatch"
+    assert "the model_tier key of ferrex.toml" in message and str(data) not in message

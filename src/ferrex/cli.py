@@ -629,7 +629,7 @@ def startup_fields(settings: Settings) -> dict[str, Any]:
 
     choice = preview_index_mode(settings)
     mode = f"external Qdrant {settings.qdrant_url}" if settings.qdrant_url else choice.mode
-    return {
+    fields = {
         "version": __version__,
         "mode": mode,
         "mode_reason": choice.reason,
@@ -637,6 +637,9 @@ def startup_fields(settings: Settings) -> dict[str, Any]:
         "model": model,
         "reranker": reranker,
     }
+    if settings.model_tier_file:  # stderr only: an agent never sees a path
+        fields["model_tier_from"] = settings.model_tier_file
+    return fields
 
 
 # --------------------------------------------------------------------------- backend

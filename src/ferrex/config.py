@@ -13,7 +13,15 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 ModelTier = Literal["small", "mid", "best", "best-large", "multilingual"]
 RerankerTier = Literal[
@@ -348,6 +356,20 @@ class LimitsConfig(_Section):
 class Settings(_Section):
     """Every ferrex setting. Field names are the TOML keys."""
 
+    # Where ``model_tier`` came from, for messages (not settings: never in a file or dump):
+    # "the --model-tier flag", "FERREX_MODEL_TIER", or the configuration file's key (its path
+    # for stderr and the CLI only, never for an agent).
+    _tier_source: str = PrivateAttr(default="--model-tier")
+    _tier_file: str | None = PrivateAttr(default=None)
+
+    @property
+    def model_tier_source(self) -> str:
+        return self._tier_source
+
+    @property
+    def model_tier_file(self) -> str | None:
+        return self._tier_file
+
     data_dir: Path = Field(default_factory=lambda: Path("~/.ferrex").expanduser())
     namespace: str = Field(default="default", pattern=NAMESPACE_PATTERN)
     log_level: LogLevel = "info"
@@ -600,6 +622,13 @@ def load_settings(
         settings = Settings.model_validate(merged)
     except ValidationError as exc:
         raise ConfigError(_describe_validation(exc)) from exc
+    if "model_tier" in cli:
+        settings._tier_source = "--model-tier"
+    elif "model_tier" in env_data:
+        settings._tier_source = "FERREX_MODEL_TIER"
+    elif "model_tier" in file_data:
+        settings._tier_source = "the model_tier key of ferrex.toml"
+        settings._tier_file = str(config_path)
     return settings, warnings
 
 

@@ -128,6 +128,8 @@ def run_tool_command(
             error = {"error": exc.details or {"code": exc.code, "message": exc.message}}
             sys.stdout.write(json.dumps(error, indent=2, ensure_ascii=False) + "\n")
         sys.stderr.write(f"error [{exc.code}]: {_cli_message(exc)}\n")
+        if exc.code == "model_mismatch" and settings.model_tier_file:
+            sys.stderr.write(f"(model_tier is set in {settings.model_tier_file})\n")
         return EXIT_REFUSED
     if as_json:
         sys.stdout.write(json.dumps(answer, indent=2, ensure_ascii=False, default=str) + "\n")

@@ -56,7 +56,7 @@ class Readiness:
         if intended is not None and intended.name.lower() != pinned.lower():
             raise ModelMismatchError(self._mismatch_message(pinned, intended.name))
 
-    def check_peer_model(self, name: str, dimension: int | None) -> None:
+    def check_peer_model(self, name: str, dimension: int | None, source: str | None = None) -> None:
         """Refuse a peer process configured (``--model-tier``) for another model than this
         engine's: the store's pin, or the model this engine is about to pin. Same message as
         :meth:`check_pin` gives a process that opens the store itself."""
@@ -73,14 +73,26 @@ class Readiness:
             dimension is None or not pinned_dimension or (str(dimension) == pinned_dimension)
         )
         if not (same_name and same_dimension):
-            raise ModelMismatchError(self._mismatch_message(pinned, name, pinned_dimension))
+            raise ModelMismatchError(
+                self._mismatch_message(pinned, name, pinned_dimension, source=source)
+            )
 
-    def _mismatch_message(self, pinned: str, configured: str, dimension: str | None = None) -> str:
+    def _mismatch_message(
+        self,
+        pinned: str,
+        configured: str,
+        dimension: str | None = None,
+        *,
+        source: str | None = None,
+    ) -> str:
+        """Why the configured model is refused, naming what configured it (this process's
+        settings, or the ``source`` a peer said in its hello)."""
         dimension = dimension or self.deps.meta.get_meta(PIN_DIMENSION) or "?"
+        source = source or self.deps.settings.model_tier_source
         return (
             f"this store was created with the embedding model {pinned} ({dimension}-d) but ferrex "
-            f"is configured for {configured}. Vectors of different models cannot be compared. "
-            f"Start ferrex without --model-tier (it follows the store), or re-embed everything "
+            f"is configured for {configured} (by {source}). Vectors of different models cannot "
+            f"be compared. Remove {source} (ferrex follows the store), or re-embed everything "
             f"with `ferrex rebuild-index --model-tier <tier>`."
         )
 

@@ -173,8 +173,8 @@ class MemoryService:
     def check_pin(self) -> None:
         self.readiness.check_pin()
 
-    def check_peer_model(self, name: str, dimension: int | None) -> None:
-        self.readiness.check_peer_model(name, dimension)
+    def check_peer_model(self, name: str, dimension: int | None, source: str | None = None) -> None:
+        self.readiness.check_peer_model(name, dimension, source)
 
     def ensure_ready(self) -> None:
         self.readiness.ensure_ready()

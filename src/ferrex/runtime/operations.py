@@ -43,7 +43,12 @@ def hello(service: MemoryService, arguments: dict[str, Any]) -> dict[str, Any]:
     model = arguments.get("model")
     if isinstance(model, str) and model:
         dimension = arguments.get("dimension")
-        service.check_peer_model(model, dimension if isinstance(dimension, int) else None)
+        source = arguments.get("source")
+        service.check_peer_model(
+            model,
+            dimension if isinstance(dimension, int) else None,
+            source if isinstance(source, str) and len(source) <= 80 else None,
+        )
     return {"settings": engine_settings(service.settings)}
 
 

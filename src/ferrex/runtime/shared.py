@@ -54,7 +54,8 @@ def hello_request(settings: Settings, explicit_model_tier: bool) -> dict[str, An
     if not explicit_model_tier:
         return {}  # it follows the store, as it would alone
     tier = EMBEDDING_TIERS[settings.model_tier]
-    return {"model": tier.model, "dimension": tier.dimension}
+    # What set it (a flag, a variable, a config key; never a path): the refusal names it.
+    return {"model": tier.model, "dimension": tier.dimension, "source": settings.model_tier_source}
 
 
 class _Threaded:
