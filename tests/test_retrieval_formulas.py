@@ -105,15 +105,10 @@ def test_order_key_and_shown_score_at_their_boundaries() -> None:
     assert order_key(low, 1.3, 1.3, 0.75) == pytest.approx(order_key(high, 1.0, 1.3, 0.75))
 
 
-def test_a_context_neighbour_never_ends_above_the_hit_it_is_context_of() -> None:
-    """Credit lifts a neighbour at most to its hit's relevance; a fresher neighbour (a larger
-    boost) still ends after the hit, at the hit's score at most."""
-    hit = Candidate("hit", 0.0, 1, relevance=0.8)
-    near = Candidate("near", 0.0, 2, relevance=0.8, context_of="hit")
-    other = Candidate("other", 0.0, 3, relevance=0.5)
-    ages = {"hit": 200.0, "near": 0.0, "other": 0.0}
+def by_age(candidates: list[Candidate], ages: dict[str, float]) -> list[Candidate]:
+    """``order_candidates`` without a reranker, episodic boosts by age, the default margin."""
     ordered, _ = order_candidates(
-        [hit, near, other],
+        candidates,
         rerank_top_n=0,
         rerank=None,
         boost_of=lambda c: recency_boost("episodic", ages[c.memory_id], CFG),
@@ -121,6 +116,17 @@ def test_a_context_neighbour_never_ends_above_the_hit_it_is_context_of() -> None
         max_boost=1.3,
         margin=0.75,
     )
+    return ordered
+
+
+def test_a_context_neighbour_never_ends_above_the_hit_it_is_context_of() -> None:
+    """Credit lifts a neighbour at most to its hit's relevance; a fresher neighbour (a larger
+    boost) still ends after the hit, at the hit's score at most."""
+    hit = Candidate("hit", 0.0, 1, relevance=0.8)
+    near = Candidate("near", 0.0, 2, relevance=0.8, context_of="hit")
+    other = Candidate("other", 0.0, 3, relevance=0.5)
+    ages = {"hit": 200.0, "near": 0.0, "other": 0.0}
+    ordered = by_age([hit, near, other], ages)
     assert [c.memory_id for c in ordered] == ["hit", "near", "other"]
     assert ordered[1].final_score == ordered[0].final_score
     assert ordered[2].final_score <= ordered[1].final_score
@@ -565,15 +571,7 @@ def test_a_chain_of_neighbours_never_ends_above_its_first_hit() -> None:
     b = Candidate("b", 0.0, 2, relevance=0.86, context_of="c")
     a = Candidate("a", 0.0, 3, relevance=0.84, context_of="b")
     ages = {"c": 400.0, "b": 0.0, "a": 0.0}
-    ordered, _ = order_candidates(
-        [c, b, a],
-        rerank_top_n=0,
-        rerank=None,
-        boost_of=lambda x: recency_boost("episodic", ages[x.memory_id], CFG),
-        base_k=5,
-        max_boost=1.3,
-        margin=0.75,
-    )
+    ordered = by_age([c, b, a], ages)
     assert ordered[0].memory_id == "c"
     assert ordered[0].final_score >= ordered[1].final_score >= ordered[2].final_score
 
@@ -587,15 +585,7 @@ def test_exactly_the_margin_apart_the_fused_rank_decides() -> None:
     fresh = Candidate("fresh", 0.0, 2, relevance=low)
     old = Candidate("old", 0.0, 1, relevance=high)
     ages = {"fresh": 0.0, "old": 10_000.0}
-    ordered, _ = order_candidates(
-        [old, fresh],
-        rerank_top_n=0,
-        rerank=None,
-        boost_of=lambda x: recency_boost("episodic", ages[x.memory_id], CFG),
-        base_k=5,
-        max_boost=1.3,
-        margin=0.75,
-    )
+    ordered = by_age([old, fresh], ages)
     assert ordered[0].key == pytest.approx(ordered[1].key)
     assert [c.memory_id for c in ordered] == ["old", "fresh"]  # fused rank 1 first
 
