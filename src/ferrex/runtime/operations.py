@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from typing import Any
 
 import structlog
@@ -83,7 +84,53 @@ def warn_overridden(settings: Settings, reply: dict[str, Any], engine_pid: int |
         )
 
 
+# What a full disk looks like: SQLite's SQLITE_FULL, the OS's ENOSPC / EDQUOT, and the engine's
+# own wording of them (it wraps the OS error in its message).
+_SQLITE_FULL = 13
+_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+_FULL_WORDS = ("no space left on device", "disk quota exceeded", "database or disk is full")
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) says the file system holding the store is full."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if getattr(current, "sqlite_errorcode", None) == _SQLITE_FULL:
+            return True
+        if isinstance(current, OSError) and current.errno in _FULL_ERRNOS:
+            return True
+        if any(words in str(current).lower() for words in _FULL_WORDS):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
 def dispatch(service: MemoryService, op: str, arguments: dict[str, Any]) -> Any:
+    """Run an operation; a write the disk cannot hold answers ``storage_full`` (the data dir's
+    path goes to stderr, never to the agent)."""
+    try:
+        return _dispatch(service, op, arguments)
+    except FerrexError:
+        raise
+    except Exception as exc:
+        if not disk_full(exc):
+            raise
+        log.error(
+            "the disk holding the store is full",
+            data_dir=str(service.settings.data_dir),
+            operation=op,
+            error=repr(exc)[:300],
+        )
+        raise FerrexError(
+            errors.STORAGE_FULL,
+            "the disk holding the memory store is full: nothing was stored. Free some space on "
+            "it (or move the data dir to a larger disk) and try again; recall still answers.",
+        ) from exc
+
+
+def _dispatch(service: MemoryService, op: str, arguments: dict[str, Any]) -> Any:
     if op in TOOL_OPS:
         return run_tool(service, op, arguments)
     if op == "ping":
