@@ -3,8 +3,9 @@
 The server runs in a mount namespace of its own (``unshare -m``, root) whose data dir is a small
 tmpfs; a helper inside the namespace fills it with a padding file when the test asks, and removes
 it when the test asks again. A store on the full disk answers ``storage_full`` and stores
-nothing; recall keeps answering; once space is back, stores succeed and nothing acknowledged was
-lost. (Restarting on a still-full disk, the engine's SIGBUS, is issue 38 part 2: not covered.)
+nothing; recall keeps answering; stats warns below ``lifecycle.min_free_mb``; once space is back,
+stores succeed and nothing acknowledged was lost. (Restarting on a still-full disk, the engine's
+SIGBUS, is issue 38 part 2: not covered.)
 """
 
 from __future__ import annotations
@@ -87,7 +88,10 @@ async def test_a_write_on_a_full_disk_answers_storage_full_and_loses_nothing(
             assert str(data) not in error["message"]  # no path to the agent
         found = await ok(client, "recall", {"query": "backup of shard", "limit": 5})
         assert {r["id"] for r in found["results"]} <= set(stored) and found["results"]
-        assert (await ok(client, "stats", {}))["total"] == 5  # nothing half-stored
+        brief = await ok(client, "stats", {})
+        assert brief["total"] == 5  # nothing half-stored
+        assert any(w.startswith("low disk space: 0 MB free") for w in brief["warnings"]), brief
+        assert (await ok(client, "stats", {"detailed": True}))["free_mb"] < 1
         free.touch()
         await appears(freed)
         after = await ok(client, "store", {"content": "deploy 9 of the billing api"})

@@ -336,6 +336,9 @@ class LifecycleConfig(_Section):
     episodic_half_life_days: float = Field(default=30.0, gt=0)
     access_flush_seconds: float = Field(default=1.0, gt=0, le=60)
     inactive_entity_days: float = Field(default=90.0, ge=0)
+    # stats and doctor warn when the disk holding the store has less free space than this
+    # (writes fail with storage_full when it is full: docs/operations.md); 0 turns it off.
+    min_free_mb: float = Field(default=500.0, ge=0)
 
 
 class CacheConfig(_Section):

@@ -46,6 +46,11 @@ def doctor(service: MemoryService, *, repair: bool = False) -> dict[str, Any]:
     mode = stat.S_IMODE(os.stat(settings.data_dir).st_mode)
     report["permissions"] = {"mode": oct(mode), "ok": not mode & 0o077}
     report["schema_version"] = meta.schema_version
+    free = service.upkeep.free_bytes()
+    report["disk"] = {
+        "free_mb": None if free is None else round(free / 1024 / 1024, 1),
+        "warning": service.upkeep.low_disk_warning(),
+    }
     report["mode"] = service.index.mode
     index_stats = service.index.stats()
     report["index_mode"] = {

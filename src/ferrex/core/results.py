@@ -217,6 +217,7 @@ class StatsDetailed(StatsBrief):
     entities: int = 0
     storage_bytes: int = 0
     disk_bytes: int = 0
+    free_bytes: int | None = None  # free space on the disk holding the store
     pinned: int = 0
     evictions_total: int = 0
     evictions_last_at: Any = None

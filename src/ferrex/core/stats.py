@@ -108,6 +108,9 @@ class Stats:
         latest = meta.recent_memories(namespace, RECENT)
         attention = Attention(counted.stale, conflict_count, counted.unvalidated)
         warnings = self.readiness.warnings(brief=not request.detailed)
+        low_disk = self.upkeep.low_disk_warning()
+        if low_disk is not None:
+            warnings = [*warnings, low_disk]
         recent = _recent(latest, now, _token_counter(deps))
         if not request.detailed:
             return StatsBrief(total, recent, attention, warnings)
@@ -131,6 +134,7 @@ class Stats:
             entities=meta.count_entities(namespace),
             storage_bytes=self.upkeep.storage_bytes(),
             disk_bytes=self.upkeep.disk_bytes(),
+            free_bytes=self.upkeep.free_bytes(),
             pinned=sum(c.n for c in counts if c.pinned),
             evictions_total=meta.count_audit(namespace, "evict"),
             evictions_last_at=meta.last_audit_at(namespace, "evict"),

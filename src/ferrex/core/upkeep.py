@@ -3,6 +3,7 @@ sweep of superseded memories and the storage budget (rules in ``core/lifecycle.p
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Collection, Sequence
 
@@ -131,6 +132,25 @@ class Upkeep:
         """What the store's files occupy on disk (free SQLite pages and engine preallocation
         included): at least the data, usually more."""
         return self.deps.meta.size_bytes() + self.deps.index.size_bytes()
+
+    def free_bytes(self) -> int | None:
+        """Free space on the disk holding the store (None where the system does not say)."""
+        try:
+            return shutil.disk_usage(self.deps.settings.data_dir).free
+        except OSError:
+            return None
+
+    def low_disk_warning(self) -> str | None:
+        """A warning when the disk holding the store has less free space than
+        ``lifecycle.min_free_mb`` (no path: it reaches the agent)."""
+        floor = self.deps.settings.lifecycle.min_free_mb
+        free = self.free_bytes()
+        if floor <= 0 or free is None or free >= floor * 1024 * 1024:
+            return None
+        return (
+            f"low disk space: {free / 1024 / 1024:.0f} MB free on the disk holding the store "
+            f"(lifecycle.min_free_mb {floor:g}); writes fail with storage_full when it is full"
+        )
 
     def enforce_budget(self, exclude: Collection[str] = ()) -> int:
         """Evict in the spec's priority order while the storage budget is exceeded.

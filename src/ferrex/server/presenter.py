@@ -404,6 +404,8 @@ def present_stats(result: StatsBrief | StatsDetailed) -> dict[str, Any]:
         "cache": result.cache,
         "journal_backlog": result.journal_backlog,
     }
+    if result.free_bytes is not None:  # free space on the disk holding the store
+        detailed["free_mb"] = _mb(result.free_bytes)
     if result.warnings:
         detailed["warnings"] = result.warnings
     return detailed

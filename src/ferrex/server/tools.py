@@ -182,6 +182,7 @@ STATS_OUTPUT: dict[str, Any] = {
         "entities": {"type": "integer"},
         "storage_mb": {"type": "number"},
         "disk_mb": {"type": "number"},
+        "free_mb": {"type": "number"},
     },
     "required": ["total", "recent", "needs_attention"],
 }
