@@ -108,7 +108,7 @@ class Stats:
         latest = meta.recent_memories(namespace, RECENT)
         attention = Attention(counted.stale, conflict_count, counted.unvalidated)
         warnings = self.readiness.warnings(brief=not request.detailed)
-        low_disk = self.upkeep.low_disk_warning()
+        low_disk = self.upkeep.low_disk_warning(brief=not request.detailed)
         if low_disk is not None:
             warnings = [*warnings, low_disk]
         recent = _recent(latest, now, _token_counter(deps))

@@ -140,13 +140,15 @@ class Upkeep:
         except OSError:
             return None
 
-    def low_disk_warning(self) -> str | None:
+    def low_disk_warning(self, *, brief: bool = False) -> str | None:
         """A warning when the disk holding the store has less free space than
         ``lifecycle.min_free_mb`` (no path: it reaches the agent)."""
         floor = self.deps.settings.lifecycle.min_free_mb
         free = self.free_bytes()
         if floor <= 0 or free is None or free >= floor * 1024 * 1024:
             return None
+        if brief:
+            return f"low disk space: {free / 1024 / 1024:.0f} MB free (writes fail when full)"
         return (
             f"low disk space: {free / 1024 / 1024:.0f} MB free on the disk holding the store "
             f"(lifecycle.min_free_mb {floor:g}); writes fail with storage_full when it is full"
