@@ -1,17 +1,20 @@
 """Retrieval scoring (spec "Retrieval Pipeline Detail", step 3): rerank, boost, floor, order.
 
-    final_score = base_score x recency_boost / max_boost   (multiplicative, never additive)
+    key         = logit(base_score) + margin x ln(recency_boost) / ln(max_boost)
+    final_score = sigmoid(key - margin)                  (margin = retrieval.recency_margin)
     recency_boost = 1 + amplitude x 2^(-age_days / half_life_days)
-        episodic   1 + 0.3  x 2^(-age/30)    (1.0 - 1.3)
+        episodic   1 + 0.3  x 2^(-age/30)    (1.0 - 1.3; age from the event's timestamp)
         semantic   1 + 0.15 x 2^(-age/180)   (1.0 - 1.15)
         procedural 1.0
 
 ``base_score`` is the cross-encoder's relevance as a probability (sigmoid of its raw logit) when
-the reranker ran; without one it is the calibrated relevance of core/recall/relevance.py (cosine and
-normalised BM25 through a logistic fitted on dev data), never a function of the rank. Dividing
-by the largest boost any type can get (1.3 by default) keeps the spec's ratios between
-candidates and every score in [0, 1]. Candidates whose base score is below
-``retrieval.min_score`` are not returned. Responses name the basis used (``score_basis``).
+the reranker ran; without one it is the calibrated relevance of core/recall/relevance.py, never a
+function of the rank. The boost keeps the spec's curves but moves a candidate at most ``margin``
+logits, so two candidates whose evidence clearly differs are never reordered by age (a
+departure from the spec's product, docs/design.md); every score is in [0, 1] and never rises
+down a page. Candidates whose base score is below ``retrieval.min_score`` are not returned.
+With ``retrieval.fusion = "rrf"`` the design's order stays: ``rank_score x boost``. Responses
+name the basis used (``score_basis``).
 """
 
 from __future__ import annotations
