@@ -46,40 +46,11 @@ def doctor(service: MemoryService, *, repair: bool = False) -> dict[str, Any]:
     mode = stat.S_IMODE(os.stat(settings.data_dir).st_mode)
     report["permissions"] = {"mode": oct(mode), "ok": not mode & 0o077}
     report["schema_version"] = meta.schema_version
-    free = service.upkeep.free_bytes()
-    report["disk"] = {
-        "free_mb": None if free is None else round(free / 1024 / 1024, 1),
-        "warning": service.upkeep.low_disk_warning(),
-    }
+    report["disk"] = _disk(service)
     report["mode"] = service.index.mode
-    index_stats = service.index.stats()
-    report["index_mode"] = {
-        "mode": index_stats.mode,
-        "reason": index_stats.reason or None,
-        **({"sidecar": index_stats.details["sidecar"]} if "sidecar" in index_stats.details else {}),
-    }
-    model: dict[str, Any] = {}
-    try:
-        service.ensure_ready()  # loads the model and pins it on a new store
-        info = service.embedder.info
-        model.update(available=True, loaded=info.name, source=info.source)
-    except FerrexError as exc:
-        model.update(available=False, error=exc.message)
-    model.update(
-        pinned=meta.get_meta(PIN_NAME),
-        dimension=int(meta.get_meta(PIN_DIMENSION) or 0) or None,
-        variant=meta.get_meta(PIN_VARIANT) or None,
-    )
-    report["model"] = model
-    if settings.rerank:
-        # An operator check: say now whether it loads; a one-shot command never leaves a
-        # download running in a thread when it exits.
-        service.reranker.load(download=False)
-    report["reranker"] = {
-        "enabled": settings.rerank,
-        "available": service.reranker.available,
-        "reason": service.reranker.unavailable_reason,
-    }
+    report["index_mode"] = _index_mode(service)
+    report["model"] = model = _model(service)
+    report["reranker"] = _reranker(service)
     report["journal_backlog"] = meta.journal_backlog()
     report["replayed_at_start"] = getattr(service, "replayed_at_start", 0)
     if repair and model.get("available"):
@@ -150,6 +121,54 @@ def doctor(service: MemoryService, *, repair: bool = False) -> dict[str, Any]:
         report["in_agreement"] and model.get("available") and report["permissions"]["ok"]
     )
     return report
+
+
+def _disk(service: MemoryService) -> dict[str, Any]:
+    """Free space on the disk holding the store, and the warning below lifecycle.min_free_mb."""
+    free = service.upkeep.free_bytes()
+    return {
+        "free_mb": None if free is None else round(free / 1024 / 1024, 1),
+        "warning": service.upkeep.low_disk_warning(),
+    }
+
+
+def _index_mode(service: MemoryService) -> dict[str, Any]:
+    index_stats = service.index.stats()
+    return {
+        "mode": index_stats.mode,
+        "reason": index_stats.reason or None,
+        **({"sidecar": index_stats.details["sidecar"]} if "sidecar" in index_stats.details else {}),
+    }
+
+
+def _model(service: MemoryService) -> dict[str, Any]:
+    """Whether the model loads (and pins on a new store), and the store's pin."""
+    meta = service.meta
+    model: dict[str, Any] = {}
+    try:
+        service.ensure_ready()  # loads the model and pins it on a new store
+        info = service.embedder.info
+        model.update(available=True, loaded=info.name, source=info.source)
+    except FerrexError as exc:
+        model.update(available=False, error=exc.message)
+    model.update(
+        pinned=meta.get_meta(PIN_NAME),
+        dimension=int(meta.get_meta(PIN_DIMENSION) or 0) or None,
+        variant=meta.get_meta(PIN_VARIANT) or None,
+    )
+    return model
+
+
+def _reranker(service: MemoryService) -> dict[str, Any]:
+    if service.settings.rerank:
+        # An operator check: say now whether it loads; a one-shot command never leaves a
+        # download running in a thread when it exits.
+        service.reranker.load(download=False)
+    return {
+        "enabled": service.settings.rerank,
+        "available": service.reranker.available,
+        "reason": service.reranker.unavailable_reason,
+    }
 
 
 # =========================================================================== rebuild
