@@ -8,7 +8,7 @@ with the CLI and imported with the CLI into a fresh data dir. Then:
 
 - every recall (many filters: types, entities, time ranges, stale, invalidated, as_of, versions,
   explain) and the brief ``stats`` answer identically on both stores, and so does ``reflect``;
-- detailed ``stats`` is identical except three instrumentation fields (see ``INSTRUMENTATION``);
+- detailed ``stats`` is identical except four instrumentation fields (see ``INSTRUMENTATION``);
 - importing the same file again reports every memory as a duplicate and changes nothing;
 - exporting the imported store gives back the original export, line for line (only
   ``exported_at`` differs);
@@ -42,10 +42,11 @@ NOW = datetime.now(UTC).replace(microsecond=0)
 # Detailed stats fields that describe the process and the files, not the memories:
 #   disk_mb    - bytes on disk (SQLite page layout and index segments differ after a rebuild);
 #                storage_mb (the data the memories hold) must match and is compared
+#   free_mb    - free space on the disk (anything else on the machine changes it)
 #   cache      - recall-cache counters of this process (hits/misses of the calls it served)
 #   index      - engine bookkeeping of the vector index (segments / indexed vectors); its
 #                point count is compared separately and must match
-INSTRUMENTATION = ("disk_mb", "cache", "index")
+INSTRUMENTATION = ("disk_mb", "free_mb", "cache", "index")
 
 RECALLS: tuple[dict[str, Any], ...] = (
     {"query": "database outage"},

@@ -919,6 +919,7 @@ def render_doctor(report: dict[str, Any]) -> str:
         f"[{mark(mismatched == 0)}] chunk mismatches: {mismatched}",
         f"[{mark(wrong_model == 0)}] points of another model: {wrong_model}",
     ]
+    lines.append(_secrets_line(report.get("secrets")))
     if "repaired" in report:
         lines.append(f"      repaired: {report['repaired']}")
     lines.append(
@@ -927,6 +928,24 @@ def render_doctor(report: dict[str, Any]) -> str:
         else "SQLite and the index DISAGREE: run `ferrex doctor --repair`."
     )
     return "\n".join(lines) + "\n"
+
+
+def _secrets_line(secrets: Any) -> str:
+    if not isinstance(secrets, dict):
+        return "[warn] secrets: not checked"
+    held = int(secrets.get("memories", 0)) + int(secrets.get("audit_entries", 0))
+    kinds = ", ".join(f"{kind} {n}" for kind, n in secrets.get("kinds", {}).items())
+    if "redacted" in secrets:
+        return f"[ok  ] secrets: redacted in {secrets['redacted']} memories ({kinds})"
+    if not held:
+        return "[ok  ] secrets: none stored"
+    tag = "warn" if secrets.get("handling") == "allow" else "FAIL"
+    hint = (
+        " (secret_handling = allow keeps them)"
+        if tag == "warn"
+        else ": run `ferrex doctor --repair` to redact them"
+    )
+    return f"[{tag}] secrets: {secrets['memories']} memories hold {kinds or 'secrets'}{hint}"
 
 
 def _mode_detail(index_mode: Any) -> str:
@@ -1070,7 +1089,12 @@ def _import_batches(
     show = _progress("importing")
 
     async def work(backend: Any) -> dict[str, Any]:
-        total: dict[str, Any] = {"imported": 0, "duplicates": [], "entities": len(entities)}
+        total: dict[str, Any] = {
+            "imported": 0,
+            "duplicates": [],
+            "entities": len(entities),
+            "redacted": 0,
+        }
         starts = range(0, max(1, len(memories)), size)
         show(0, len(memories))
         for number, start in enumerate(starts):
@@ -1080,6 +1104,7 @@ def _import_batches(
             result = await backend.call("import", {"records": payload})
             total["imported"] += result["imported"]
             total["duplicates"].extend(result["duplicates"])
+            total["redacted"] += result.get("redacted", 0)
             show(min(start + len(batch), len(memories)), len(memories))
         return total
 
@@ -1129,18 +1154,24 @@ def _read_records(path: str) -> list[dict[str, Any]]:
 def _import(settings: Settings, explicit_tier: bool, path: str, batch: int) -> int:
     from ferrex.core.errors import FerrexError
     from ferrex.core.export_format import check_records
+    from ferrex.core.secret_sweep import refuse_secrets
+    from ferrex.core.secrets import SecretScanner
 
     if batch < 1:
         raise CliError("--batch must be at least 1")
     records = _read_records(path)
     try:
         check_records(records)  # a bad file imports nothing: check every line first
+        if settings.secret_handling == "refuse":  # nor does one holding credentials
+            scanner = SecretScanner(settings.secrets.patterns, settings.secrets.allow)
+            refuse_secrets(records, scanner)
     except FerrexError as exc:
         raise CliError(exc.message, exc.code) from None
     result = _import_batches(settings, explicit_tier, records, batch)
+    redacted = f"; credentials redacted in {result['redacted']}" if result["redacted"] else ""
     print(
         f"imported {result['imported']} memories; {len(result['duplicates'])} already present "
-        f"(kept as they were); {result['entities']} entities",
+        f"(kept as they were); {result['entities']} entities{redacted}",
         file=sys.stderr,
     )
     if result["duplicates"]:

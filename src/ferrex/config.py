@@ -8,6 +8,7 @@ silently ignored. ``ferrex.toml.example`` at the repository root documents every
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -356,6 +357,23 @@ class LimitsConfig(_Section):
     max_context_bytes: int = Field(default=16_384, ge=16)
 
 
+class SecretsConfig(_Section):
+    # Kinds of one's own: kind -> regular expression (its first group, if any, is the secret).
+    patterns: dict[str, str] = Field(default_factory=dict)
+    # Regular expressions whose matches are never secrets (a test fixture's fake key).
+    allow: list[str] = Field(default_factory=list)
+
+    @field_validator("patterns", "allow")
+    @classmethod
+    def _compiles(cls, value: Any) -> Any:
+        for pattern in value.values() if isinstance(value, dict) else value:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"not a regular expression: {pattern!r} ({exc})") from None
+        return value
+
+
 class Settings(_Section):
     """Every ferrex setting. Field names are the TOML keys."""
 
@@ -397,6 +415,8 @@ class Settings(_Section):
     # that come in bursts are faster; false frees the cores as a run returns (an idle server
     # burns nothing, bursts are slower: docs/performance.md, "Spinning between runs").
     runtime_spin: bool = True
+    # Credentials in what agents store: redact (default), refuse, or allow (docs/secrets.md).
+    secret_handling: Literal["redact", "refuse", "allow"] = "redact"
 
     retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
     recency: RecencyConfig = Field(default_factory=RecencyConfig)
@@ -408,6 +428,7 @@ class Settings(_Section):
     lifecycle: LifecycleConfig = Field(default_factory=LifecycleConfig)
     cache: CacheConfig = Field(default_factory=CacheConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    secrets: SecretsConfig = Field(default_factory=SecretsConfig)
 
     @field_validator(
         "data_dir",

@@ -37,6 +37,7 @@ from ferrex.core.procedures import (
 )
 from ferrex.core.requests import StoreRequest
 from ferrex.core.results import EntityLink, Outcome, PossibleAlias, StoreOutcome
+from ferrex.core.secrets import Redaction, SecretScanner, screen_store
 from ferrex.core.sync import (
     PHASE_AFTER_COMMIT,
     PHASE_AFTER_INDEX,
@@ -68,6 +69,8 @@ class _Prepared:
     # bulk batch in one engine call before its transaction (the index does not change until
     # the batch is committed); None: searched when checked.
     nearest: list[IndexHit] | None = None
+    # Secrets taken out of the request before any rule saw it (core/secrets.py).
+    redactions: list[Redaction] = field(default_factory=list)
 
 
 @dataclass
@@ -93,6 +96,8 @@ class Store:
         self.entities = deps.entities
         self.normalizer = deps.normalizer
         self.now = deps.now
+        secrets = self.settings.secrets
+        self.scanner = SecretScanner(secrets.patterns, secrets.allow)
 
     def run(self, request: StoreRequest) -> StoreOutcome:
         prepared = self._prepare(request)
@@ -163,6 +168,8 @@ class Store:
         return drafts
 
     def _draft(self, request: StoreRequest, now: datetime) -> _Prepared:
+        # Secrets first: dedup, conflicts, entities and the model see the redacted text only.
+        request, redactions = screen_store(request, self.scanner, self.settings.secret_handling)
         namespace = request.namespace or self.deps.namespace
         triple = [request.subject, request.predicate, request.object]
         memory_type = detect_type(
@@ -244,7 +251,7 @@ class Store:
         if subject_name and subject_name.strip():
             # The subject resolves first: _apply_one takes resolutions[0] as the fact's subject.
             names = [subject_name.strip(), *(n for n in names if n != subject_name.strip())]
-        return _Prepared(request, memory, chunks, [], names, subject_name)
+        return _Prepared(request, memory, chunks, [], names, subject_name, redactions=redactions)
 
     @staticmethod
     def _require_fields(request: StoreRequest, memory_type: MemoryType) -> None:
@@ -338,6 +345,7 @@ class Store:
                                 raise
                             results.append(exc)
                             continue
+                        result.redacted = list(item.redactions)
                         results.append(result)
                         if result.status in {Outcome.DUPLICATE, Outcome.ENDED}:
                             continue

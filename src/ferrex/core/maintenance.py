@@ -26,6 +26,7 @@ from ferrex.core.pins import (
     REBUILD_TARGET,
     REBUILD_TARGET_VARIANT,
 )
+from ferrex.core.secret_sweep import ImportScreen, sweep
 from ferrex.core.service import MemoryService
 from ferrex.core.sync import PlannedMemory
 
@@ -117,8 +118,12 @@ def doctor(service: MemoryService, *, repair: bool = False) -> dict[str, Any]:
                 "journal_backlog",
             )
         }
+    report["secrets"] = secrets = sweep(service, repair=repair and bool(model.get("available")))
     report["ok"] = bool(
-        report["in_agreement"] and model.get("available") and report["permissions"]["ok"]
+        report["in_agreement"]
+        and model.get("available")
+        and report["permissions"]["ok"]
+        and secrets["ok"]
     )
     return report
 
@@ -346,6 +351,8 @@ def import_records(
     Every line is validated first (``core/export_format.py``): a bad file imports nothing."""
     records = list(records)
     check_records(records)
+    screen = ImportScreen(service)
+    screen.refuse_if_any(records)
     service.ensure_ready()
     meta = service.meta
     now = service.now()
@@ -406,11 +413,13 @@ def import_records(
                     duplicates.append(record["id"])
                     continue
                 seen_ids.add(record["id"])
-                pending.append(record_to_memory(record, entity_map))
+                memory = record_to_memory(record, entity_map)
+                screen.memory(memory)  # credentials redacted on the way in
+                pending.append(memory)
                 if len(pending) >= batch:
                     flush()
             elif kind == "audit":
-                row = _audit_row(record)
+                row = _audit_row(screen.audit(record))
                 # Already in this store (e.g. the same file imported twice).
                 if present_audit[row] > 0:
                     present_audit[row] -= 1
@@ -430,6 +439,7 @@ def import_records(
         "entities": len(entity_map),
         "audit_rows": audit_rows,
         "audit_duplicates": audit_duplicates,
+        **({"redacted": screen.redacted} if screen.redacted else {}),
     }
 
 

@@ -12,6 +12,7 @@ from enum import StrEnum
 from typing import Any
 
 from ferrex.core.memory import Memory, MemoryType
+from ferrex.core.secrets import Redaction
 from ferrex.core.staleness import Freshness
 
 
@@ -84,6 +85,8 @@ class StoreOutcome:
     chunks: int = 1
     pinned: bool = False
     warnings: list[str] = field(default_factory=list)
+    # Secrets taken out before storing: kind and field, never the value.
+    redacted: list[Redaction] = field(default_factory=list)
 
     def named_ids(self) -> list[str]:
         """Every memory id this outcome names (never evicted by the store that wrote it)."""

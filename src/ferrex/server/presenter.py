@@ -124,6 +124,8 @@ def present_store(outcome: StoreOutcome) -> dict[str, Any]:
         out["message"] = message
     if outcome.warnings:
         out["warnings"] = outcome.warnings
+    if outcome.redacted:  # what was taken out, never the value
+        out["redacted"] = [r.to_dict() for r in outcome.redacted]
     return out
 
 

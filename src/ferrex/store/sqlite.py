@@ -258,6 +258,37 @@ class MetadataStore:
         params.append(memory_id)
         self._x(f"UPDATE memories SET {', '.join(assignments)} WHERE id = ?", params)
 
+    def rewrite_text(self, memory: Memory) -> None:
+        """Write a memory's text fields back (a redaction); nothing else of the row changes."""
+        columns = _MEMORY_COLUMNS.replace(" ", "").split(",")
+        params = dict(zip(columns, _memory_params(memory), strict=True))
+        self._x(
+            "UPDATE memories SET "
+            + ", ".join(f"{name} = ?" for name in _TEXT_COLUMNS)
+            + " WHERE id = ?",
+            [*(params[name] for name in _TEXT_COLUMNS), memory.id],
+        )
+
+    def audit_details(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        """(seq, detail) of every audit row that has a detail."""
+        for row in self._q("SELECT seq, detail FROM audit WHERE detail IS NOT NULL"):
+            yield int(row["seq"]), json.loads(row["detail"])
+
+    def set_audit_detail(self, seq: int, detail: dict[str, Any]) -> None:
+        text = json.dumps(detail, sort_keys=True)
+        self._x("UPDATE audit SET detail = ? WHERE seq = ?", (text, seq))
+
+    def scrub(self) -> None:
+        """Leave no deleted or overwritten text in the file's free pages or the WAL: rewrite the
+        database with secure_delete on, then checkpoint and truncate the WAL."""
+        with self._lock:
+            self._conn.execute("PRAGMA secure_delete=ON")
+            try:
+                self._conn.execute("VACUUM")
+                self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            finally:
+                self._conn.execute("PRAGMA secure_delete=OFF")
+
     def delete_memories(self, memory_ids: Sequence[str]) -> None:
         for chunk in _chunks(list(memory_ids)):
             marks = ",".join("?" * len(chunk))
@@ -903,6 +934,19 @@ class MetadataStore:
                 total += candidate.stat().st_blocks * 512
         return total
 
+
+# The columns a redaction rewrites (core/secret_sweep.py).
+_TEXT_COLUMNS = (
+    "content",
+    "subject",
+    "predicate",
+    "object",
+    "name",
+    "conditions",
+    "steps",
+    "source",
+    "context",
+)
 
 _UPDATABLE = {
     "t_invalid",
