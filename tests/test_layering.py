@@ -4,6 +4,7 @@ without a cycle (use cases sit over the dependency bundle, not over the service 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import ferrex
@@ -49,6 +50,22 @@ def test_core_imports_no_server_or_runtime_code() -> None:
             if m.startswith(("ferrex.server", "ferrex.runtime", "ferrex.cli"))
         }
         assert not outer, (path.name, outer)
+
+
+_SQL = re.compile(
+    r"\b(?:SELECT|INSERT INTO|UPDATE \w+ SET|DELETE FROM|PRAGMA|VACUUM)\b|\bWHERE\b|"
+    r"\bIS (?:NOT )?NULL\b|\bORDER BY\b|\w+ = \?"
+)
+
+
+def test_core_holds_no_sql_text() -> None:
+    """SQL lives in the store adapter: core asks typed questions (``core/ports.py``), so a
+    renamed column breaks the adapter's code, never a string no type checker sees."""
+    for path in (PACKAGE / "core").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                if _SQL.search(node.value):
+                    raise AssertionError(f"{path.name}: SQL text {node.value[:60]!r}")
 
 
 def test_core_modules_import_each_other_without_a_cycle() -> None:

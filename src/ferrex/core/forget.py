@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ferrex.core.deps import Deps
-from ferrex.core.memory import Memory
 from ferrex.core.requests import ForgetRequest
 from ferrex.core.results import ForgetResult
 from ferrex.core.upkeep import Upkeep
@@ -34,15 +33,7 @@ class Forget:
         value once ``deleted`` are gone (a v1 -> v2 -> v3 chain losing v2 still has v3)."""
         meta = self.deps.meta
         gone = set(deleted)
-        predecessors: list[Memory] = []
-        for start in range(0, len(deleted), 500):
-            chunk = list(deleted[start : start + 500])
-            predecessors += meta.memories_in_namespace(
-                namespace,
-                where=f"type = 'semantic' AND superseded_by IN ({','.join('?' * len(chunk))})",
-                params=chunk,
-                with_entities=False,
-            )
+        predecessors = meta.facts_superseded_by(namespace, deleted)
         orphaned = []
         for fact in predecessors:
             if fact.id in gone or fact.subject_entity_id is None or not fact.predicate_canonical:

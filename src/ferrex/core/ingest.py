@@ -1057,9 +1057,7 @@ class Store:
 
     def _procedure_versions(self, namespace: str, name: str) -> list[Memory]:
         """Every version of the named procedure (names compare case- and spacing-insensitively)."""
-        rows = self.meta.memories_in_namespace(
-            namespace, where="type = 'procedural' AND name IS NOT NULL", order="version, id"
-        )
+        rows = self.meta.named_procedures(namespace)
         return [m for m in rows if same_name(m.name, name)]
 
 

@@ -89,9 +89,7 @@ def reflect(deps: Deps, request: ReflectRequest) -> ReflectReport:
     meta = deps.meta
     now = deps.now()
     limit = request.limit
-    memories = meta.memories_in_namespace(
-        namespace, where="t_invalid IS NULL", order="created_at, id"
-    )
+    memories = meta.current_memories(namespace)
     assessed = [(m, assess(m, now, deps.settings.staleness)) for m in memories]
 
     if request.include_stale:

@@ -97,12 +97,7 @@ class Upkeep:
         evicted = 0
         with deps.write:
             for namespace in deps.meta.namespaces():
-                old = deps.meta.memories_in_namespace(
-                    namespace,
-                    where="type IN ('semantic', 'episodic') AND t_invalid IS NOT NULL "
-                    "AND pinned = 0",
-                    order="t_invalid, id",
-                )
+                old = deps.meta.ended_unpinned(namespace)
                 expired = [
                     m.id
                     for m in old
@@ -176,12 +171,7 @@ class Upkeep:
         now = deps.now()
         dimension = self.vector_dimension()
         with deps.write:
-            pool = deps.meta.memories_in_namespace(
-                None,
-                where="(type = 'episodic' OR (type = 'semantic' AND t_invalid IS NOT NULL)) "
-                "AND pinned = 0",
-                order="created_at, id",
-            )
+            pool = deps.meta.evictable()
             levels = [(m, assess(m, now, deps.settings.staleness).staleness) for m in pool]
             cited = deps.meta.referencing_sources(
                 [m.id for m in pool if m.type is MemoryType.EPISODIC]

@@ -378,6 +378,48 @@ class MetadataStore:
             return [_row_to_memory(row) for row in rows]
         return self._with_entities(rows)
 
+    def current_memories(self, namespace: str) -> list[Memory]:
+        """The namespace's current memories (no ``t_invalid``), oldest first (reflect)."""
+        return self.memories_in_namespace(
+            namespace, where="t_invalid IS NULL", order="created_at, id"
+        )
+
+    def named_procedures(self, namespace: str) -> list[Memory]:
+        """Every version of every named procedure, by version (core compares the names)."""
+        return self.memories_in_namespace(
+            namespace, where="type = 'procedural' AND name IS NOT NULL", order="version, id"
+        )
+
+    def ended_unpinned(self, namespace: str) -> list[Memory]:
+        """Unpinned facts and events that have ended (``t_invalid`` set), by end (retention)."""
+        return self.memories_in_namespace(
+            namespace,
+            where="type IN ('semantic', 'episodic') AND t_invalid IS NOT NULL AND pinned = 0",
+            order="t_invalid, id",
+        )
+
+    def evictable(self) -> list[Memory]:
+        """What the storage budget may evict, in every namespace: unpinned events and ended
+        facts (current facts and procedures never), oldest first."""
+        return self.memories_in_namespace(
+            None,
+            where="(type = 'episodic' OR (type = 'semantic' AND t_invalid IS NOT NULL)) "
+            "AND pinned = 0",
+            order="created_at, id",
+        )
+
+    def facts_superseded_by(self, namespace: str, memory_ids: Sequence[str]) -> list[Memory]:
+        """The facts that ``memory_ids`` superseded (without their entity links)."""
+        out: list[Memory] = []
+        for chunk in _chunks(list(memory_ids)):
+            out += self.memories_in_namespace(
+                namespace,
+                where=f"type = 'semantic' AND superseded_by IN ({','.join('?' * len(chunk))})",
+                params=chunk,
+                with_entities=False,
+            )
+        return out
+
     def iter_memories(self, namespace: str | None = None, batch: int = 500) -> Iterator[Memory]:
         """Every memory in insertion order (rowid), in batches (export, rebuild, doctor).
 
