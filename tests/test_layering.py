@@ -63,9 +63,9 @@ def test_core_holds_no_sql_text() -> None:
     renamed column breaks the adapter's code, never a string no type checker sees."""
     for path in (PACKAGE / "core").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                if _SQL.search(node.value):
-                    raise AssertionError(f"{path.name}: SQL text {node.value[:60]!r}")
+            text = node.value if isinstance(node, ast.Constant) else None
+            if isinstance(text, str) and _SQL.search(text):
+                raise AssertionError(f"{path.name}: SQL text {node.value[:60]!r}")
 
 
 def test_core_modules_import_each_other_without_a_cycle() -> None:
@@ -121,3 +121,17 @@ def test_the_link_names_every_operation_the_engine_dispatches() -> None:
     source = inspect.getsource(operations._dispatch)
     dispatched = set(TOOL_OPS) | {op for op in ENGINE_OPS if f'op == "{op}"' in source}
     assert dispatched == set(ENGINE_OPS) and len(ENGINE_OPS) == len(set(ENGINE_OPS))
+
+
+def test_every_setting_chooses_whether_it_crosses_to_another_process() -> None:
+    """What a joining process is told is an allow-list; secrets never cross."""
+    from ferrex.config import Settings
+    from ferrex.runtime.operations import ENGINE_SETTINGS, PROCESS_SETTINGS, engine_settings
+
+    fields = set(Settings.model_fields)
+    chosen = ENGINE_SETTINGS | PROCESS_SETTINGS
+    assert fields == chosen, fields ^ chosen
+    assert not ENGINE_SETTINGS & PROCESS_SETTINGS
+    told = engine_settings(Settings(qdrant_api_key="k" * 20, http_token="t" * 32))
+    assert set(told) == ENGINE_SETTINGS
+    assert "k" * 20 not in str(told) and "t" * 32 not in str(told)

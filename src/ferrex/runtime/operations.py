@@ -17,25 +17,56 @@ from ferrex.server.presenter import present_memory, present_namespaces
 
 log = structlog.get_logger("ferrex.engine")
 
-# Settings that are not the engine's: each process keeps its own (the namespace travels with
-# every call). ``model_tier`` is checked on joining instead (see ``hello``); the API key and the
-# HTTP token are secrets that never leave the process.
-_PER_PROCESS = {
-    "data_dir",
-    "namespace",
-    "log_level",
-    "log_format",
-    "log_file",
-    "model_tier",
-    "qdrant_api_key",
-    "http_token",
-}
+# The settings that belong to the engine (one per data dir) and are told to a joining process
+# (``hello``): an allow-list, so a setting added later crosses only once someone puts it here
+# (tests/test_layering.py makes every setting choose a side). What stays in each process: where
+# the store is, the namespace (it travels with every call), the logs, ``model_tier`` (checked on
+# joining instead) and the secrets (``qdrant_api_key``, ``http_token``), which never leave it.
+ENGINE_SETTINGS = frozenset(
+    {
+        "model_path",
+        "models_dir",
+        "offline",
+        "offline_fallback",
+        "rerank",
+        "reranker_tier",
+        "reranker_path",
+        "qdrant_url",
+        "qdrant_bin",
+        "threads",
+        "runtime_spin",
+        "secret_handling",
+        "retrieval",
+        "recency",
+        "dedup",
+        "conflict",
+        "predicates",
+        "entities",
+        "staleness",
+        "lifecycle",
+        "cache",
+        "limits",
+        "secrets",
+    }
+)
+PROCESS_SETTINGS = frozenset(
+    {
+        "data_dir",
+        "namespace",
+        "log_level",
+        "log_format",
+        "log_file",
+        "model_tier",
+        "qdrant_api_key",
+        "http_token",
+    }
+)
 _MAX_NAMED = 20
 
 
 def engine_settings(settings: Settings) -> dict[str, Any]:
     """The settings that belong to the engine (one per data dir), as plain JSON values."""
-    return settings.model_dump(mode="json", exclude=_PER_PROCESS)
+    return settings.model_dump(mode="json", include=set(ENGINE_SETTINGS))
 
 
 def hello(service: MemoryService, arguments: dict[str, Any]) -> dict[str, Any]:
