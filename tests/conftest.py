@@ -24,7 +24,7 @@ from ferrex.embed.embedder import FastEmbedEmbedder
 from ferrex.embed.reranker import FastEmbedReranker
 from ferrex.logs import configure
 from ferrex.store.edge import EdgeIndex
-from ferrex.store.sqlite import MetadataStore
+from ferrex.store.sqlite import SqliteStore
 
 configure("warning")
 
@@ -86,7 +86,7 @@ def make_service(
         directory = data_dir or tmp_path / f"data{len(created)}"
         directory.mkdir(parents=True, exist_ok=True)
         settings = make_settings(directory, models_dir, **overrides)
-        meta = MetadataStore(settings.db_path)
+        meta = SqliteStore(settings.db_path)
         service = MemoryService(
             settings,
             meta,

@@ -38,7 +38,7 @@ from tests.conftest import call, ferrex_command, mcp_client
 
 from ferrex.core.ids import point_id
 from ferrex.store.edge import EdgeIndex
-from ferrex.store.sqlite import MetadataStore
+from ferrex.store.sqlite import SqliteStore
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -470,7 +470,7 @@ async def test_sigkill_at_random_points_and_in_every_phase_loses_nothing(
 
 def assert_index_matches_sqlite(harness: Harness) -> None:
     """With no server running, compare SQLite and the index directly: same ids, same points."""
-    meta = MetadataStore(harness.db_path)
+    meta = SqliteStore(harness.db_path)
     index = EdgeIndex(harness.data_dir / "index")
     try:
         expected = meta.all_memory_ids()

@@ -23,7 +23,7 @@ from ferrex.core.names import numbers_differ
 from ferrex.core.service import MemoryService
 from ferrex.embed.embedder import FastEmbedEmbedder
 from ferrex.server.calls import run_tool as invoke
-from ferrex.store.sqlite import MetadataStore
+from ferrex.store.sqlite import SqliteStore
 
 NOW = datetime(2026, 4, 1, tzinfo=UTC)
 # Found by exploring MiniLM cosines: lexically far (Jaro-Winkler <= 0.85) but the same thing.
@@ -39,15 +39,13 @@ def cosine(embedder: FastEmbedEmbedder, a: str, b: str) -> float:
 
 
 @pytest.fixture
-def meta(tmp_path: Path) -> MetadataStore:
-    store = MetadataStore(tmp_path / "entities.db")
+def meta(tmp_path: Path) -> SqliteStore:
+    store = SqliteStore(tmp_path / "entities.db")
     yield store
     store.close()
 
 
-def resolver(
-    meta: MetadataStore, embedder: FastEmbedEmbedder, **thresholds: float
-) -> EntityResolver:
+def resolver(meta: SqliteStore, embedder: FastEmbedEmbedder, **thresholds: float) -> EntityResolver:
     return EntityResolver(meta, embedder.embed_documents, **thresholds)
 
 
@@ -94,7 +92,7 @@ def test_numbers_distinguish_names() -> None:
 # --------------------------------------------------------------------------- resolver stages
 
 
-def test_exact_after_normalization(meta: MetadataStore, embedder: FastEmbedEmbedder) -> None:
+def test_exact_after_normalization(meta: SqliteStore, embedder: FastEmbedEmbedder) -> None:
     entities = resolver(meta, embedder)
     created = entities.resolve("default", "Tokio", create=True, at=NOW)
     again = entities.resolve("default", "  tokio ", create=True, at=NOW)
@@ -104,7 +102,7 @@ def test_exact_after_normalization(meta: MetadataStore, embedder: FastEmbedEmbed
 
 
 def test_fuzzy_postgres_postgresql_merges_as_alias(
-    meta: MetadataStore, embedder: FastEmbedEmbedder
+    meta: SqliteStore, embedder: FastEmbedEmbedder
 ) -> None:
     entities = resolver(meta, embedder)
     postgres = entities.resolve("default", "postgres", create=True, at=NOW)
@@ -118,7 +116,7 @@ def test_fuzzy_postgres_postgresql_merges_as_alias(
 
 
 def test_alias_lookup_returns_the_canonical_entity(
-    meta: MetadataStore, embedder: FastEmbedEmbedder
+    meta: SqliteStore, embedder: FastEmbedEmbedder
 ) -> None:
     entities = resolver(meta, embedder)
     postgres = entities.resolve("default", "postgres", create=True, at=NOW)
@@ -139,7 +137,7 @@ def test_alias_lookup_returns_the_canonical_entity(
     ],
 )
 def test_look_alike_names_of_different_things_stay_apart(
-    meta: MetadataStore, embedder: FastEmbedEmbedder, first: str, second: str
+    meta: SqliteStore, embedder: FastEmbedEmbedder, first: str, second: str
 ) -> None:
     """Jaro-Winkler rates each pair above 0.85, but a swapped word or a compound names another
     thing: no fuzzy merge (the embedding stage still decides, with its own threshold)."""
@@ -190,7 +188,7 @@ def test_a_swapped_word_never_merges_through_the_embedding_stage(
 
 
 def test_fuzzy_stage_also_matches_known_aliases(
-    meta: MetadataStore, embedder: FastEmbedEmbedder
+    meta: SqliteStore, embedder: FastEmbedEmbedder
 ) -> None:
     """Spec: Jaro-Winkler "against existing entity names and aliases". A misspelt alias
     resolves to the canonical entity even though it is not close to the canonical name."""
@@ -203,7 +201,7 @@ def test_fuzzy_stage_also_matches_known_aliases(
     assert (typo.entity_id, typo.method) == (k8s.entity_id, "fuzzy")
 
 
-def test_fuzzy_threshold_is_strict(meta: MetadataStore, embedder: FastEmbedEmbedder) -> None:
+def test_fuzzy_threshold_is_strict(meta: SqliteStore, embedder: FastEmbedEmbedder) -> None:
     score = JaroWinkler.similarity("postgres", "postgresql")
     entities = resolver(meta, embedder, fuzzy_threshold=score, embedding_threshold=0.999)
     postgres = entities.resolve("default", "postgres", create=True, at=NOW)
@@ -212,7 +210,7 @@ def test_fuzzy_threshold_is_strict(meta: MetadataStore, embedder: FastEmbedEmbed
 
 
 def test_embedding_similarity_above_092_merges_as_alias(
-    meta: MetadataStore, embedder: FastEmbedEmbedder
+    meta: SqliteStore, embedder: FastEmbedEmbedder
 ) -> None:
     first, second = EMBEDDING_PAIR
     entities = resolver(meta, embedder)
@@ -227,7 +225,7 @@ def test_embedding_similarity_above_092_merges_as_alias(
     assert entities.resolve("default", second, create=False, at=NOW).method == "exact"
 
 
-def test_embedding_threshold_is_strict(meta: MetadataStore, embedder: FastEmbedEmbedder) -> None:
+def test_embedding_threshold_is_strict(meta: SqliteStore, embedder: FastEmbedEmbedder) -> None:
     first, second = EMBEDDING_PAIR
     score = cosine(embedder, first, second)
     entities = resolver(meta, embedder, embedding_threshold=score + 1e-4)
@@ -239,7 +237,7 @@ def test_embedding_threshold_is_strict(meta: MetadataStore, embedder: FastEmbedE
 
 
 def test_between_080_and_092_is_an_alias_candidate(
-    meta: MetadataStore, embedder: FastEmbedEmbedder
+    meta: SqliteStore, embedder: FastEmbedEmbedder
 ) -> None:
     first, second = CANDIDATE_PAIR
     entities = resolver(meta, embedder)
@@ -252,7 +250,7 @@ def test_between_080_and_092_is_an_alias_candidate(
 
 
 def test_below_threshold_creates_a_new_entity(
-    meta: MetadataStore, embedder: FastEmbedEmbedder
+    meta: SqliteStore, embedder: FastEmbedEmbedder
 ) -> None:
     first, second = UNRELATED_PAIR
     entities = resolver(meta, embedder)
@@ -263,7 +261,7 @@ def test_below_threshold_creates_a_new_entity(
     assert meta.count_entities("default") == 2
 
 
-def test_different_numbers_never_merge(meta: MetadataStore, embedder: FastEmbedEmbedder) -> None:
+def test_different_numbers_never_merge(meta: SqliteStore, embedder: FastEmbedEmbedder) -> None:
     entities = resolver(meta, embedder)
     two = entities.resolve("default", "python2", create=True, at=NOW)
     three = entities.resolve("default", "python3", create=True, at=NOW)
@@ -272,7 +270,7 @@ def test_different_numbers_never_merge(meta: MetadataStore, embedder: FastEmbedE
 
 
 def test_the_resolvers_tables_stay_what_a_reload_gives(
-    meta: MetadataStore, embedder: FastEmbedEmbedder
+    meta: SqliteStore, embedder: FastEmbedEmbedder
 ) -> None:
     """New entities and aliases go into the loaded tables instead of reloading them for every
     name (which made a store's cost grow with the namespace); the tables must equal a reload,
@@ -295,7 +293,7 @@ def test_the_resolvers_tables_stay_what_a_reload_gives(
 
 
 def test_the_name_embedding_table_grows_and_reloads_when_out_of_order(
-    meta: MetadataStore,
+    meta: SqliteStore,
 ) -> None:
     from ferrex.core.entities import _VectorTable
 
@@ -314,7 +312,7 @@ def test_the_name_embedding_table_grows_and_reloads_when_out_of_order(
 
 
 def test_a_table_load_never_waits_for_the_store_while_holding_the_resolver(
-    meta: MetadataStore, embedder: FastEmbedEmbedder
+    meta: SqliteStore, embedder: FastEmbedEmbedder
 ) -> None:
     """A lookup that loads a table waits for the store's lock when a write transaction holds
     it; that transaction's own resolution must not then wait for the lookup (a recall naming
@@ -348,7 +346,7 @@ def test_a_table_load_never_waits_for_the_store_while_holding_the_resolver(
 
 
 def test_lookup_without_create_writes_nothing(
-    meta: MetadataStore, embedder: FastEmbedEmbedder
+    meta: SqliteStore, embedder: FastEmbedEmbedder
 ) -> None:
     entities = resolver(meta, embedder)
     entities.resolve("default", "postgres", create=True, at=NOW)

@@ -166,14 +166,14 @@ from ferrex.embed.bm25 import Bm25Encoder
 from ferrex.embed.embedder import FastEmbedEmbedder
 from ferrex.embed.reranker import FastEmbedReranker
 from ferrex.store.edge import EdgeIndex
-from ferrex.store.sqlite import MetadataStore
+from ferrex.store.sqlite import SqliteStore
 from ferrex.server.calls import run_tool as invoke
 
 data, models, memory_id = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 settings = make_settings(data, models)
 embedder = FastEmbedEmbedder("small", models, offline=True, allow_bundled=True,
                              prefer_bundled=True)
-service = MemoryService(settings, MetadataStore(settings.db_path), EdgeIndex(settings.index_path),
+service = MemoryService(settings, SqliteStore(settings.db_path), EdgeIndex(settings.index_path),
                         embedder, Bm25Encoder(),
                         FastEmbedReranker("default", models, enabled=False, offline=True))
 service.ensure_ready()

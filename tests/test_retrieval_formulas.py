@@ -521,9 +521,9 @@ def test_stored_neighbours_say_whether_their_hit_asks(tmp_path: Path) -> None:
     from datetime import UTC, datetime, timedelta
 
     from ferrex.core.memory import Memory, MemoryType
-    from ferrex.store.sqlite import MetadataStore
+    from ferrex.store.sqlite import SqliteStore
 
-    meta = MetadataStore(tmp_path / "n.db")
+    meta = SqliteStore(tmp_path / "n.db")
     start = datetime(2026, 1, 1, 10, tzinfo=UTC)
     texts = ["What breed is she? 🐶🐶\n\n", "A beagle.", None, "Lunch at noon."]
     for n, text in enumerate(texts):

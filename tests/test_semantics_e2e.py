@@ -25,7 +25,7 @@ from tests.support.vocabulary import SUBSYSTEMS
 from ferrex.core.clock import parse_timestamp
 from ferrex.core.ids import point_id
 from ferrex.store.edge import EdgeIndex
-from ferrex.store.sqlite import MetadataStore
+from ferrex.store.sqlite import SqliteStore
 
 pytestmark = pytest.mark.anyio
 
@@ -163,7 +163,7 @@ async def check_namespaces_and_synonyms(client: Client) -> None:
 
 
 def check_audit_log(data: Path, ids: dict[str, str]) -> None:
-    meta = MetadataStore(data / "ferrex.db")
+    meta = SqliteStore(data / "ferrex.db")
     try:
         supersedes = {
             (e["memory_id"], e["other_id"], e["detail"]["reason"])

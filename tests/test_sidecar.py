@@ -30,7 +30,7 @@ from tests.conftest import ferrex_command, make_settings
 from ferrex.bootstrap import INDEX_MODE, choose_index_mode
 from ferrex.core.errors import FerrexError
 from ferrex.runtime.sidecar import HOST, Binary, Sidecar, connect_client, find_binary, pid_alive
-from ferrex.store.sqlite import MetadataStore
+from ferrex.store.sqlite import SqliteStore
 
 STANDIN = Path(__file__).parent / "support" / "qdrant_standin.py"
 REAL_QDRANT = shutil.which("qdrant")
@@ -266,7 +266,7 @@ def test_mode_choice_never_switches_an_existing_store(
     fresh = tmp_path / "fresh"
     fresh.mkdir()
     settings = make_settings(fresh, models_dir, qdrant_bin=str(standin))
-    meta = MetadataStore(settings.db_path)
+    meta = SqliteStore(settings.db_path)
     try:
         choice = choose_index_mode(settings, meta)
         assert choice.mode == "sidecar" and "qdrant binary was found" in choice.reason
@@ -278,7 +278,7 @@ def test_mode_choice_never_switches_an_existing_store(
     old = tmp_path / "old"
     old.mkdir()
     settings = make_settings(old, models_dir, qdrant_bin=str(standin))
-    meta = MetadataStore(settings.db_path)
+    meta = SqliteStore(settings.db_path)
     try:
         meta.set_meta("embedding_model", "sentence-transformers/all-MiniLM-L6-v2")
         choice = choose_index_mode(settings, meta)
@@ -288,7 +288,7 @@ def test_mode_choice_never_switches_an_existing_store(
         meta.close()
     # A sidecar store without a binary is refused, never opened empty in the embedded engine.
     settings = make_settings(fresh, models_dir)
-    meta = MetadataStore(settings.db_path)
+    meta = SqliteStore(settings.db_path)
     try:
         with pytest.raises(FerrexError) as refused:
             choose_index_mode(settings, meta)
@@ -298,7 +298,7 @@ def test_mode_choice_never_switches_an_existing_store(
     none = tmp_path / "none"
     none.mkdir()
     settings = make_settings(none, models_dir)
-    meta = MetadataStore(settings.db_path)
+    meta = SqliteStore(settings.db_path)
     try:
         choice = choose_index_mode(settings, meta)
         assert choice.mode == "embedded" and "no qdrant binary found" in choice.reason
@@ -490,7 +490,7 @@ async def test_migrate_index_is_explicit_and_rebuilds_the_target_from_sqlite(
     assert "nothing was changed" in refused.stderr
     # A store whose vectors are in a sidecar (as `--to sidecar` leaves it), with no binary
     # here: ferrex refuses to open it silently empty, and says how to move it back.
-    meta = MetadataStore(data_dir / "ferrex.db")
+    meta = SqliteStore(data_dir / "ferrex.db")
     meta.set_meta(INDEX_MODE, "sidecar")
     meta.close()
     async with mcp_client(data_dir, models_dir) as client:

@@ -24,7 +24,7 @@ from ferrex.core.maintenance import export_lines, import_records
 from ferrex.core.service import MemoryService
 from ferrex.server.calls import run_tool as invoke
 from ferrex.server.calls import store_many
-from ferrex.store.sqlite import MetadataStore
+from ferrex.store.sqlite import SqliteStore
 
 ServiceFactory = Callable[..., MemoryService]
 NOW = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
@@ -201,7 +201,7 @@ def test_a_store_from_before_the_counters_gets_them_on_open(
     raw.execute("PRAGMA user_version=1")
     raw.commit()
     raw.close()
-    reopened = MetadataStore(path)
+    reopened = SqliteStore(path)
     try:
         assert reopened.schema_version == 2
         counts = reopened.memory_counts("default")

@@ -19,7 +19,7 @@ from ferrex.embed.embedder import FastEmbedEmbedder
 from ferrex.embed.models import BUNDLED_MODEL, BUNDLED_VARIANT, EMBEDDING_TIERS, tier_for_model
 from ferrex.embed.reranker import FastEmbedReranker
 from ferrex.store.edge import EdgeIndex
-from ferrex.store.sqlite import MetadataStore
+from ferrex.store.sqlite import SqliteStore
 
 log = structlog.get_logger("ferrex.bootstrap")
 
@@ -69,7 +69,7 @@ class ModeChoice:
     binary: Any = None  # the sidecar's Binary
 
 
-def choose_index_mode(settings: Settings, meta: MetadataStore) -> ModeChoice:
+def choose_index_mode(settings: Settings, meta: SqliteStore) -> ModeChoice:
     """Which vector index this process opens, and why (never a silent switch of a store).
 
     ``--qdrant-url`` wins (external). Otherwise the store keeps the mode it was created in
@@ -168,7 +168,7 @@ def open_sidecar_index(settings: Settings, binary: Any, reason: str) -> VectorIn
 
 
 def open_index(
-    settings: Settings, meta: MetadataStore, options: Options, mode: str | None = None
+    settings: Settings, meta: SqliteStore, options: Options, mode: str | None = None
 ) -> VectorIndex:
     """The vector index for this store: ``mode`` when given (migrate-index), else chosen."""
     if options.qdrant_client is not None:
@@ -207,7 +207,7 @@ def build_service(
 ) -> MemoryService:
     options = options or Options()
     ensure_data_dir(settings.data_dir)
-    meta = MetadataStore(settings.db_path)
+    meta = SqliteStore(settings.db_path)
     pinned = meta.get_meta(PIN_NAME)
     variant = meta.get_meta(PIN_VARIANT) or ""
     if pinned is None and meta.get_meta(REBUILD_TARGET):

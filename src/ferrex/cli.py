@@ -714,7 +714,7 @@ def _migrate(settings: Settings, explicit_tier: bool, target: str) -> int:
     from ferrex.core.maintenance import rebuild
     from ferrex.runtime.ownership import OwnerLock
     from ferrex.runtime.sidecar import Sidecar
-    from ferrex.store.sqlite import MetadataStore
+    from ferrex.store.sqlite import SqliteStore
 
     if settings.qdrant_url:
         raise CliError(
@@ -728,7 +728,7 @@ def _migrate(settings: Settings, explicit_tier: bool, target: str) -> int:
             "(close the MCP clients) and run migrate-index again"
         )
     try:
-        meta = MetadataStore(settings.db_path)
+        meta = SqliteStore(settings.db_path)
         try:
             current = meta.get_meta(INDEX_MODE) or "embedded"
         finally:
@@ -1031,9 +1031,9 @@ def _unpin_for_rebuild(settings: Settings, embedder: Any) -> None:
         REBUILD_TARGET,
         REBUILD_TARGET_VARIANT,
     )
-    from ferrex.store.sqlite import MetadataStore
+    from ferrex.store.sqlite import SqliteStore
 
-    meta = MetadataStore(settings.db_path)
+    meta = SqliteStore(settings.db_path)
     try:
         with meta.transaction():
             meta.set_meta(REBUILD_PENDING, "1")

@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from ferrex.config import StalenessConfig
 from ferrex.core.clock import from_iso
 from ferrex.core.memory import Memory, MemoryType
-from ferrex.core.ports import MetadataStore, ReviewBucket
+from ferrex.core.ports import LifecycleQueries, ReviewBucket
 from ferrex.core.staleness import STALE, assess, review_reasons
 
 NEEDS_NOTHING = ""
@@ -71,7 +71,7 @@ def _corner(namespace: str, bucket: ReviewBucket, *, youngest: bool) -> Memory:
 
 
 def count_attention(
-    meta: MetadataStore, namespace: str, now: datetime, config: StalenessConfig
+    meta: LifecycleQueries, namespace: str, now: datetime, config: StalenessConfig
 ) -> AttentionCounts:
     totals: Counter[tuple[str, str]] = Counter()
     buckets = meta.review_buckets(namespace)

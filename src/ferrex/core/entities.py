@@ -21,7 +21,7 @@ from rapidfuzz import process
 from rapidfuzz.distance import JaroWinkler
 
 from ferrex.core.names import distinct_entity_names, numbers_differ, word_swapped
-from ferrex.core.ports import MetadataStore, Vector
+from ferrex.core.ports import EntityRows, Vector
 
 _T = TypeVar("_T")
 _SEPARATORS = re.compile(r"[\s_\-]+")
@@ -57,7 +57,7 @@ class EntityResolver:
 
     def __init__(
         self,
-        store: MetadataStore,
+        store: EntityRows,
         embed_names: Callable[[Sequence[str]], list[Vector]],
         *,
         fuzzy_threshold: float = 0.85,
@@ -251,7 +251,7 @@ class EntityResolver:
 
 class _NameTable:
     """Names and aliases with their entity ids, sorted by (id, name) like
-    ``MetadataStore.entity_names`` (fuzzy ties resolve by position: a store and its reload
+    ``EntityRows.entity_names`` (fuzzy ties resolve by position: a store and its reload
     must agree)."""
 
     def __init__(self, rows: Sequence[tuple[str, int]]) -> None:

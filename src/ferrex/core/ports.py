@@ -290,11 +290,8 @@ class ReviewBucket:
     n: int
 
 
-class MetadataStore(Protocol):
-    """The source of truth: memories, entities, the dual-write journal and the audit log.
-
-    Implemented by ``ferrex.store.sqlite.MetadataStore``.
-    """
+class Transactions(Protocol):
+    """The database itself: transactions, versions, size, and scrubbing freed pages."""
 
     def close(self) -> None: ...
 
@@ -307,6 +304,14 @@ class MetadataStore(Protocol):
 
     def savepoint(self) -> AbstractContextManager[None]: ...
 
+    def size_bytes(self) -> int: ...
+
+    def scrub(self) -> None: ...
+
+
+class StoreMeta(Protocol):
+    """Key-value metadata of the store (the model pin, rebuild markers: core/pins.py)."""
+
     def get_meta(self, key: str) -> str | None: ...
 
     def set_meta(self, key: str, value: str) -> None: ...
@@ -315,13 +320,15 @@ class MetadataStore(Protocol):
 
     def all_meta(self) -> dict[str, str]: ...
 
+
+class MemoryRows(Protocol):
+    """Memories by id: write, read, rewrite, delete, and whole-store scans."""
+
     def insert_memory(self, memory: Memory) -> None: ...
 
     def replace_memory(self, memory: Memory) -> None: ...
+
     def rewrite_text(self, memory: Memory) -> None: ...
-    def audit_details(self) -> Iterator[tuple[int, dict[str, Any]]]: ...
-    def set_audit_detail(self, seq: int, detail: dict[str, Any]) -> None: ...
-    def scrub(self) -> None: ...
 
     def memory_exists(self, memory_id: str) -> bool: ...
 
@@ -335,6 +342,24 @@ class MetadataStore(Protocol):
 
     def existing_ids(self, memory_ids: Sequence[str], namespace: str | None = None) -> set[str]: ...
 
+    def iter_memories(self, namespace: str | None = None, batch: int = 500) -> Iterator[Memory]: ...
+
+    def all_memory_ids(self) -> dict[str, int]: ...
+
+    def namespaces(self) -> list[str]: ...
+
+    def data_sizes(self, memory_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """memory id -> (bytes of its text fields, vector points), for the storage budget."""
+        ...
+
+    def data_totals(self) -> tuple[int, int, int]:
+        """(memories, bytes of their text fields, vector points) of the whole store."""
+        ...
+
+
+class FactQueries(Protocol):
+    """Facts and their history: current values, superseded ones, contradictions, citations."""
+
     def current_facts(self, namespace: str, subject_entity_id: int) -> list[Memory]: ...
 
     def facts_for_predicate(
@@ -343,17 +368,34 @@ class MetadataStore(Protocol):
 
     def predicates_of_subject(self, namespace: str, subject_entity_id: int) -> list[str]: ...
 
-    def procedure_versions(self, namespace: str, name: str) -> list[Memory]: ...
-
-    def current_memories(self, namespace: str) -> list[Memory]: ...
-    def named_procedures(self, namespace: str) -> list[Memory]: ...
-    def ended_unpinned(self, namespace: str) -> list[Memory]: ...
-    def evictable(self) -> list[Memory]: ...
     def facts_superseded_by(self, namespace: str, memory_ids: Sequence[str]) -> list[Memory]: ...
 
-    def iter_memories(self, namespace: str | None = None, batch: int = 500) -> Iterator[Memory]: ...
+    def contradiction_groups(
+        self, namespace: str, limit: int | None = None
+    ) -> list[list[Memory]]: ...
 
-    def all_memory_ids(self) -> dict[str, int]: ...
+    def count_contradictions(self, namespace: str) -> int: ...
+
+    def referencing_sources(self, memory_ids: Sequence[str]) -> set[str]: ...
+
+
+class ProcedureQueries(Protocol):
+    """Procedure versions."""
+
+    def procedure_versions(self, namespace: str, name: str) -> list[Memory]: ...
+
+    def named_procedures(self, namespace: str) -> list[Memory]: ...
+
+
+class LifecycleQueries(Protocol):
+    """What reflect, stats, retention and the storage budget read: counters, review buckets,
+    the current, ended and evictable memories."""
+
+    def current_memories(self, namespace: str) -> list[Memory]: ...
+
+    def ended_unpinned(self, namespace: str) -> list[Memory]: ...
+
+    def evictable(self) -> list[Memory]: ...
 
     def count_memories(self, namespace: str | None = None) -> int: ...
 
@@ -365,25 +407,27 @@ class MetadataStore(Protocol):
 
     def memories_in_bucket(self, namespace: str, bucket: ReviewBucket) -> list[Memory]: ...
 
-    def namespaces(self) -> list[str]: ...
-
     def recent_memories(self, namespace: str, limit: int) -> list[Memory]: ...
+
+
+class NeighbourQueries(Protocol):
+    """Context neighbours: memories stored next to a hit in the same sitting."""
 
     def stored_neighbours(
         self, namespace: str, memory_ids: Sequence[str], window: int
     ) -> dict[str, list[StoredNeighbour]]: ...
 
-    def referencing_sources(self, memory_ids: Sequence[str]) -> set[str]: ...
+
+class AccessLog(Protocol):
+    """Access bookkeeping of recall (last accessed, access count)."""
 
     def bump_access(
         self, memory_ids: Sequence[str], at: datetime, counts: dict[str, int]
     ) -> None: ...
 
-    def contradiction_groups(
-        self, namespace: str, limit: int | None = None
-    ) -> list[list[Memory]]: ...
 
-    def count_contradictions(self, namespace: str) -> int: ...
+class EntityRows(Protocol):
+    """Entities, their aliases and alias candidates, and their links to memories."""
 
     def entity_by_name(self, namespace: str, name: str) -> EntityRow | None: ...
 
@@ -439,6 +483,10 @@ class MetadataStore(Protocol):
 
     def candidates_of_namespace(self, namespace: str | None) -> list[dict[str, Any]]: ...
 
+
+class Journal(Protocol):
+    """The dual write's outbox: index changes not yet applied (core/sync.py)."""
+
     def journal_add(self, op: str, memory_id: str, namespace: str, at: datetime) -> int: ...
 
     def journal_done(self, seqs: Sequence[int]) -> None: ...
@@ -446,6 +494,10 @@ class MetadataStore(Protocol):
     def journal_pending(self, limit: int | None = None) -> list[JournalEntry]: ...
 
     def journal_backlog(self) -> int: ...
+
+
+class AuditLog(Protocol):
+    """The audit log of every state transition."""
 
     def audit(
         self,
@@ -467,12 +519,27 @@ class MetadataStore(Protocol):
 
     def last_audit_at(self, namespace: str, action: str) -> str | None: ...
 
-    def data_sizes(self, memory_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
-        """memory id -> (bytes of its text fields, vector points), for the storage budget."""
-        ...
+    def audit_details(self) -> Iterator[tuple[int, dict[str, Any]]]: ...
 
-    def data_totals(self) -> tuple[int, int, int]:
-        """(memories, bytes of their text fields, vector points) of the whole store."""
-        ...
+    def set_audit_detail(self, seq: int, detail: dict[str, Any]) -> None: ...
 
-    def size_bytes(self) -> int: ...
+
+class MetadataStore(
+    Transactions,
+    StoreMeta,
+    MemoryRows,
+    FactQueries,
+    ProcedureQueries,
+    LifecycleQueries,
+    NeighbourQueries,
+    AccessLog,
+    EntityRows,
+    Journal,
+    AuditLog,
+    Protocol,
+):
+    """The source of truth: memories, entities, the dual-write journal and the audit log, as
+    the narrow ports above (a use case may depend on only the ones it needs).
+
+    Implemented by ``ferrex.store.sqlite.SqliteStore``.
+    """

@@ -69,7 +69,7 @@ def _chunks(items: Sequence[Any], size: int = _SQL_CHUNK) -> Iterator[Sequence[A
         yield items[start : start + size]
 
 
-class MetadataStore:
+class SqliteStore:
     """SQLite adapter for memories, entities, the dual-write journal and the audit log."""
 
     def __init__(self, path: Path, *, synchronous: str = "FULL") -> None:

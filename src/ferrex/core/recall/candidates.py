@@ -10,7 +10,7 @@ from typing import Literal
 
 from ferrex.config import Settings
 from ferrex.core.memory import Memory, MemoryType
-from ferrex.core.ports import MetadataStore
+from ferrex.core.ports import MemoryRows
 from ferrex.core.recall.filters import Scope
 from ferrex.core.recall.records import Scored
 from ferrex.core.requests import RecallRequest
@@ -36,7 +36,7 @@ class _Rows:
     from the first not read yet; all at once when nothing is pruned."""
 
     def __init__(
-        self, meta: MetadataStore, entries: list[Scored], rows: dict[str, Memory], chunk: int
+        self, meta: MemoryRows, entries: list[Scored], rows: dict[str, Memory], chunk: int
     ) -> None:
         self.meta = meta
         self.entries = entries
@@ -56,7 +56,7 @@ class _Rows:
 
 
 def admit(
-    meta: MetadataStore,
+    meta: MemoryRows,
     settings: Settings,
     entries: list[Scored],
     request: RecallRequest,

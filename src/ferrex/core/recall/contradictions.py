@@ -9,7 +9,7 @@ from datetime import datetime
 from ferrex.config import Settings
 from ferrex.core import conflict as conflicts
 from ferrex.core.memory import Memory, MemoryType
-from ferrex.core.ports import MetadataStore
+from ferrex.core.ports import FactQueries
 from ferrex.core.recall.candidates import hit_of
 from ferrex.core.requests import RecallRequest
 from ferrex.core.results import RecallHit
@@ -18,7 +18,7 @@ from ferrex.core.staleness import STALE, assess
 
 
 def flag(
-    meta: MetadataStore,
+    meta: FactQueries,
     namespace: str,
     memories: Sequence[Memory],
     results: list[RecallHit],
