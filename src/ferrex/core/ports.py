@@ -167,26 +167,13 @@ class IndexStats:
     reason: str = ""  # why this mode was chosen (start-up log line, stats, doctor)
 
 
-class VectorIndex(Protocol):
-    """The derived vector index (named dense ``dense`` cosine + sparse ``bm25`` with IDF, and
-    where the adapter has it a ``tokens`` multivector compared by MaxSim)."""
-
-    mode: str
+class VectorSearch(Protocol):
+    """Searching the index (recall, dedup, neighbours): the only port a query needs."""
 
     @property
     def late_interaction(self) -> bool:
         """Whether the collection has the late-interaction channel (``tokens``)."""
         ...
-
-    def ensure_collection(self, dimension: int, *, late_interaction: bool = False) -> None: ...
-
-    def upsert(self, points: Sequence[IndexPoint]) -> None: ...
-
-    def delete_memories(self, memory_ids: Sequence[str]) -> None: ...
-
-    def delete_points(self, point_ids: Sequence[str]) -> None: ...
-
-    def set_payload(self, memory_id: str, payload: dict[str, Any]) -> None: ...
 
     def search_batch(
         self,
@@ -223,6 +210,26 @@ class VectorIndex(Protocol):
         does not hold for that model is left out."""
         ...
 
+
+class IndexWrites(Protocol):
+    """Writing points (the dual write, core/sync.py)."""
+
+    def upsert(self, points: Sequence[IndexPoint]) -> None: ...
+
+    def delete_memories(self, memory_ids: Sequence[str]) -> None: ...
+
+    def delete_points(self, point_ids: Sequence[str]) -> None: ...
+
+    def set_payload(self, memory_id: str, payload: dict[str, Any]) -> None: ...
+
+
+class IndexAdmin(Protocol):
+    """Administration: the collection, scans for doctor, stats, optimisation, size."""
+
+    def ensure_collection(self, dimension: int, *, late_interaction: bool = False) -> None: ...
+
+    def reset(self, dimension: int, *, late_interaction: bool = False) -> None: ...
+
     def points_by_memory(self) -> dict[str, list[str]]: ...
 
     def point_payloads(self, fields: Sequence[str]) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -230,8 +237,6 @@ class VectorIndex(Protocol):
         ...
 
     def stats(self) -> IndexStats: ...
-
-    def reset(self, dimension: int, *, late_interaction: bool = False) -> None: ...
 
     def optimize(self) -> bool: ...
 
@@ -242,6 +247,14 @@ class VectorIndex(Protocol):
     def size_bytes(self) -> int: ...
 
     def close(self) -> None: ...
+
+
+class VectorIndex(VectorSearch, IndexWrites, IndexAdmin, Protocol):
+    """The derived vector index (named dense ``dense`` cosine + sparse ``bm25`` with IDF, and
+    where the adapter has it a ``tokens`` multivector compared by MaxSim), as the three ports
+    above."""
+
+    mode: str
 
 
 # --------------------------------------------------------------------------- metadata store
