@@ -185,3 +185,41 @@ def test_the_inspector_cli_reads_every_error_code(
     # tools/list itself (its own "tool_not_found"); the SDK client test sends one to ferrex.
     listed = _inspector(npm_dir, env, "--method", "tools/list")
     assert [t["name"] for t in listed["tools"]] == ["store", "recall", "forget", "reflect", "stats"]
+
+
+def test_the_typescript_sdk_client_reads_a_redacted_store_and_a_refusal(
+    npm_dir: Path, tmp_path: Path, models_dir: Path
+) -> None:
+    """A store answer with ``redacted`` is valid for the store tool's output schema, and a
+    ``secret_detected`` refusal reads like every other error (issue 37, part 2)."""
+    from tests.support.secret_samples import SECRETS
+
+    kind, text, secret = SECRETS[3]
+    content = text.format(s=secret)
+    for handling in ("redact", "refuse"):
+        spec = {
+            "command": ferrex_command(),
+            "args": ["--model-tier", "small"],
+            "env": {
+                **_env(tmp_path / handling, models_dir),
+                "FERREX_SECRET_HANDLING": handling,
+            },
+            "calls": [{"name": "store", "arguments": {"content": content}}],
+        }
+        done = subprocess.run(
+            ["node", str(SCRIPT), str(npm_dir), json.dumps(spec)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        answer = json.loads(done.stdout.splitlines()[1])
+        assert "exception" not in answer, answer
+        assert secret not in done.stdout
+        if handling == "redact":
+            assert not answer["isError"]
+            assert answer["structured"]["redacted"] == [{"kind": kind, "field": "content"}]
+        else:
+            error = _error(answer["text"])
+            assert error["code"] == "secret_detected"
+            assert error["redacted"] == [{"kind": kind, "field": "content"}]
