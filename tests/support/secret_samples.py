@@ -144,6 +144,19 @@ SECRETS: list[tuple[str, str, str]] = [
     ("client secret", "client secret: {s}", r(URLSAFE, 34)),
     ("artifactory token", "artifactory api key {s} for the mirror", _join("AK", "C", r(ALNUM, 70))),
     ("high entropy string", "paste this into the vault later: {s}", r(B64, 44)),
+    (
+        "discord webhook",
+        "release notes are mirrored to https://discord.com/api/webhooks/{n}/{s}".replace(
+            "{n}", r(DIGITS, 18)
+        ),
+        r(URLSAFE, 68),
+    ),
+    ("password in url", "sidekiq uses redis://:{s}@cache.internal:6379/1", r(ALNUM, 24)),
+    ("password", "the initial admin password {s} still works", _join("Maple#", "Kettle", "482")),
+    ("password", "Grafana login: admin / {s}", _join("Copper$", "Lake", "719")),
+    ("password", "curl -u deploy:{s} https://ci.acme.dev/job/build", r(ALNUM, 14)),
+    ("password", "the pw for the build box is {s}", _join("Qx7", "-tulip-", "Ra9")),
+    ("atlassian token", "jira-bot uses {s}", _join("ATA", "TT3", r(URLSAFE, 180))),
 ]
 
 NEAR_MISSES: list[str] = [
@@ -183,4 +196,10 @@ NEAR_MISSES: list[str] = [
     "the api key is in 1Password, item 'Stripe prod'",
     "v2.14.3 shipped the passkey login",
     "the secret key base is rotated yearly",
+    f"AWS returned x-amz-id-2 {r(B64, 76)} for the failed upload",
+    "the feature payload is eyJlbmFibGVkIjp0cnVlLCJ2YXJpYW50IjoiYiJ9 (base64 JSON)",
+    f"add ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI{r(B64, 43)} ci@runner-2 to authorized_keys",
+    "the docs show the token as ghp_xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+    "STRIPE_SECRET_KEY=sk_live_XXXXXXXXXXXX in .env.example",
+    "connect to postgres://app:${DB_PASSWORD}@db.internal/app from the job",
 ]

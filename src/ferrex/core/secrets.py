@@ -24,6 +24,8 @@ matches are never secrets.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -128,16 +130,32 @@ _OWN_FORMATS: dict[str, list[str]] = {
     "mailgun key": [_B + r"key-[0-9a-f]{32}" + _E],
     "new relic key": [_B + r"NRAK-[A-Z0-9]{27}" + _E],
     "gitlab token": [_B + r"glptt-[A-Za-z0-9_\-]{20,}" + _E],
+    "discord webhook": [
+        r"https://(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/\d+/([A-Za-z0-9_\-]{20,})"
+    ],
+    "atlassian token": [_B + r"ATATT3[A-Za-z0-9_\-=]{100,}" + _E],
+    # A URL's password, the user name empty or not (detect-secrets needs a user).
+    "password in url": [r"\b[a-z][a-z0-9+.\-]*://[^\s:/@]*:([^\s:/@]{3,})@"],
     "azure sas signature": [r"[?&]sig=([A-Za-z0-9%+/]{30,}={0,2})"],
     "azure storage key": [r"(?i:AccountKey)=([A-Za-z0-9+/]{40,}={0,2})"],
     "bearer token": [r"(?i:\bbearer)\s+([A-Za-z0-9._~+/\-]{20,}={0,2})"],
     "basic auth": [r"(?i:\bauthorization:\s*basic)\s+([A-Za-z0-9+/]{12,}={0,2})"],
 }
 
+# Shapes that name a password without a secret word before it; the value must still read as a
+# credential (``_secret_value``): curl -u user:password, "login: admin / password".
+_PASSWORD_SHAPES = (
+    re.compile(r"(?:^|\s)(?:-u|--user)[ \t]+['\"]?[^\s:'\"]+:([^\s'\"]{3,})"),
+    re.compile(
+        r"(?i:\b(?:login|creds|credentials))[ \t]*(?:is|are|:|=)?[ \t]*[\w.@+\-]+[ \t]*/[ \t]*"
+        r"([^\s/]{6,})"
+    ),
+)
+
 # --------------------------------------------------------------------------- named values
 
 _SECRET_WORDS = (
-    r"pass(?:word|wd|phrase|code)|pwd|secret(?:[ _-]?(?:access[ _-]?)?key)?|client[ _-]?secret"
+    r"pass(?:word|wd|phrase|code)|pwd|pw|secret(?:[ _-]?(?:access[ _-]?)?key)?|client[ _-]?secret"
     r"|api[ _-]?(?:key|token|secret)|apikey|access[ _-]?(?:key|token)|auth[ _-]?token"
     r"|(?:bot|bearer|refresh|session|personal[ _-]access|deploy)[ _-]?token|token"
     r"|private[ _-]?key|signing[ _-]?key|encryption[ _-]?key|master[ _-]?key|credentials?"
@@ -146,14 +164,20 @@ _SECRET_WORDS = (
 _NAMED = re.compile(
     rf"(?i:(?<![a-z])(?P<word>{_SECRET_WORDS})(?![a-z]))"
     r"(?:[\"'`]?\]?)"
-    r"(?P<gap>(?:[ \t]+(?i:for|of|on|in|at)[ \t]+[\w.\-/@]+){0,1})"
+    # up to four words before the connector ("the passphrase we use is …"); none ends a sentence
+    r"(?P<gap>(?:[ \t]+[\w\-/@']+(?:\.[\w\-/@']+)*){0,4}?)"
     r"[ \t]*(?P<conn>=|:|(?i:\bis\b|\bwas\b|\bto\b|\bare\b)|=>|->)"
     r"[ \t]*(?:(?i:now|still|currently|set to|changed to)[ \t]+)?"
     r"(?P<value>\"[^\"\n]{1,200}\"|'[^'\n]{1,200}'|`[^`\n]{1,200}`|[^\s\"'`]{1,200})"
 )
+# A secret word right before a value that could be nothing but a credential ("the initial
+# password Falcon#Copper637"): no connector, so the value must be strong (``_strong_value``).
+_NAMED_BARE = re.compile(
+    rf"(?i:(?<![a-z])(?P<word>{_SECRET_WORDS})(?![a-z]))[ \t]+(?P<value>[^\s\"'`]{{8,200}})"
+)
 _WORD_KIND = {
     "pass": "password",
-    "pwd": "password",
+    "pw": "password",
     "secret": "secret",
     "client": "client secret",
     "api": "api key",
@@ -170,6 +194,9 @@ _PLACEHOLDER = re.compile(
     r"|(.)\1{3,}|\*+|x+|\.\.\.|…|null|none|nil|undefined|empty|true|false|n/?a|tbd|redacted"
     r"|\[redacted[^\]]*\]?|.*(?:example|placeholder|your[_-]|changeme|dummy|sample|fake).*)$"
 )
+# A template or a filler in place of a value: ${DB_PASS}, {{ token }}, <key>, xxxxxx, 000000.
+_TEMPLATE = re.compile(r"\$\{[^}]*\}|\{\{[^}]*\}\}|<[^>\s]+>|%[A-Z_]+%")
+_FILLER = re.compile(r"([A-Za-z0-9*.])\1{5,}")
 # Vendors' documented sample credentials (AKIAIOSFODNN7EXAMPLE) are not secrets.
 _DOCUMENTED = re.compile(r"EXAMPLE|(?i:example|placeholder)")
 _TRAILING = ".,;:!?)]}>"
@@ -180,6 +207,17 @@ _BASE64ISH = re.compile(
     r"(?<![A-Za-z0-9+/=_\-.:])([A-Za-z0-9+/_\-]{32,}={0,2})(?![A-Za-z0-9+/=_\-])"
 )
 _DIGEST_LABEL = re.compile(r"(?i)(?:sha1|sha224|sha256|sha384|sha512|md5|blake2b?|sri)[-:=]\s*$")
+# Labels that say a string is an identifier or data, not a key (entropy alone only).
+_DATA_LABEL = re.compile(
+    r"(?i)\b(?:ids?|request[ _-]?id|trace|span|cursor|etag|hash|digest|checksum|fingerprint"
+    r"|public|pubkey|payload|nonce|salt)\b[^\n]{0,12}$"
+)
+_PUBLIC_KEY_LABEL = re.compile(
+    r"(?:ssh-(?:rsa|ed25519|dss)|ecdsa-sha2-nistp\d+|sk-ssh-ed25519@openssh\.com)\s+$"
+)
+_PUBLIC_BLOCK = re.compile(
+    r"-----BEGIN (?:[A-Z0-9]+ )*(?:PUBLIC KEY|CERTIFICATE)-----[\s\S]*?-----END [A-Z0-9 ]+-----"
+)
 _DIGEST_PREFIX = re.compile(r"(?i)(?:sha1|sha224|sha256|sha384|sha512|md5|blake2b?)[-_:]")
 _HEX = re.compile(r"^[0-9a-fA-F\-]+$")
 _ULID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
@@ -286,26 +324,30 @@ class SecretScanner:
                     yield Finding(kind, start, end)
 
     def _named(self, text: str) -> Iterable[Finding]:
-        for match in _NAMED.finditer(text):
-            start, end = match.span("value")
-            value = match.group("value")
-            if value[0] in "\"'`" and value[-1] == value[0] and len(value) > 1:
-                start, end, value = start + 1, end - 1, value[1:-1]
-            if _PLACEHOLDER.match(value):
-                continue
-            while value and value[-1] in _TRAILING:
-                value, end = value[:-1], end - 1
-            if _secret_value(value):
-                yield Finding(_kind_of(match.group("word")), start, end)
+        for pattern, check in ((_NAMED, _secret_value), (_NAMED_BARE, _strong_value)):
+            for match in pattern.finditer(text):
+                found = _value_span(match)
+                if found is not None and check(found[2]):
+                    yield Finding(_kind_of(match.group("word")), found[0], found[1])
+        for shape in _PASSWORD_SHAPES:
+            for match in shape.finditer(text):
+                if _secret_value(match.group(1)):
+                    yield Finding("password", *match.span(1))
 
     def _entropy(self, text: str) -> Iterable[Finding]:
+        public = [m.span() for m in _PUBLIC_BLOCK.finditer(text)]
         for match in _BASE64ISH.finditer(text):
             token = match.group(1)
-            before = text[max(0, match.start() - 12) : match.start()]
+            start = match.start(1)
+            before = text[max(0, start - 24) : start]
             if _DIGEST_LABEL.search(before) or _DIGEST_PREFIX.match(token):
                 continue
+            if _DATA_LABEL.search(before) or _PUBLIC_KEY_LABEL.search(before):
+                continue
+            if any(a <= start < b for a, b in public) or _decodes_to_text(token):
+                continue
             if _random_looking(token.rstrip("=")):
-                yield Finding("high entropy string", match.start(1), match.end(1))
+                yield Finding("high entropy string", start, match.end(1))
 
     def _merge(self, text: str, found: list[Finding]) -> list[Finding]:
         out: list[Finding] = []
@@ -315,10 +357,49 @@ class SecretScanner:
             value = text[finding.start : finding.end]
             if _MARKER_RE.fullmatch(value) or _DOCUMENTED.search(value):
                 continue
+            if _TEMPLATE.search(value) or _FILLER.search(value):  # ${DB_PASS}, ghp_xxxxxxxx
+                continue
             if any(a.search(value) for a in self._allow):
                 continue
             out.append(finding)
         return out
+
+
+def _value_span(match: re.Match[str]) -> tuple[int, int, str] | None:
+    """The named value of a match, unquoted and without trailing punctuation; None for a
+    placeholder."""
+    start, end = match.span("value")
+    value = match.group("value")
+    if value[0] in "\"'`" and value[-1] == value[0] and len(value) > 1:
+        start, end, value = start + 1, end - 1, value[1:-1]
+    if _PLACEHOLDER.match(value):
+        return None
+    while value and value[-1] in _TRAILING:
+        value, end = value[:-1], end - 1
+    return start, end, value
+
+
+def _strong_value(value: str) -> bool:
+    """A value no word or identifier looks like: 8+ characters of at least three of lower
+    case, upper case, digits and symbols, and not a path or a URL."""
+    if len(value) < 8 or "/" in value or _PLACEHOLDER.match(value):
+        return False
+    classes = (str.islower, str.isupper, str.isdigit, lambda c: not c.isalnum())
+    return sum(any(test(c) for c in value) for test in classes) >= 3
+
+
+def _decodes_to_text(token: str) -> bool:
+    """Base64 of readable text (a cursor, a JSON payload) is data, not a key: random key bytes
+    decode to binary."""
+    padded = token + "=" * (-len(token) % 4)
+    for decode in (base64.b64decode, base64.urlsafe_b64decode):
+        try:
+            raw = decode(padded)
+        except (ValueError, binascii.Error):
+            continue
+        if len(raw) >= 12 and sum(32 <= b < 127 for b in raw) >= 0.9 * len(raw):
+            return True
+    return False
 
 
 def _secret_value(value: str) -> bool:
