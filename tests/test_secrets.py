@@ -2,7 +2,7 @@
 CLI and the bytes on disk.
 
 Every secret-looking value comes from ``tests/support/secret_samples.py``, which builds them at
-run time (the repository itself trips no secret scanner): 51 secrets of 43 kinds and 42 near
+run time (the repository itself trips no secret scanner): 56 secrets of 45 kinds and 46 near
 misses (commit shas, UUIDs, checksums, image digests, ARNs, bucket URLs, fingerprints, public
 keys, base64 of plain data, placeholders and fillers, sentences about passwords).
 """

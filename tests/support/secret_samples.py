@@ -157,6 +157,15 @@ SECRETS: list[tuple[str, str, str]] = [
     ("password", "curl -u deploy:{s} https://ci.acme.dev/job/build", r(ALNUM, 14)),
     ("password", "the pw for the build box is {s}", _join("Qx7", "-tulip-", "Ra9")),
     ("atlassian token", "jira-bot uses {s}", _join("ATA", "TT3", r(URLSAFE, 180))),
+    ("password", "CREATE USER ro WITH PASSWORD '{s}';", _join("Zq-", "Tm8", "#vLp2x")),
+    ("pin", "the door PIN is {s} for the lab", r(DIGITS, 6)),
+    ("password", "Passwort für den Build-Server (im Keller): {s} bitte nicht teilen", r(ALNUM, 13)),
+    (
+        "password",
+        "the vpn password is same as last year, it is {s} for everyone",
+        _join("Rv#", "2qk", "Lm9"),
+    ),
+    ("sentry token", "sourcemaps upload with {s}", _join("sn", "tryu_", r(HEX, 64))),
 ]
 
 NEAR_MISSES: list[str] = [
@@ -202,4 +211,8 @@ NEAR_MISSES: list[str] = [
     "the docs show the token as ghp_xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
     "STRIPE_SECRET_KEY=sk_live_XXXXXXXXXXXX in .env.example",
     "connect to postgres://app:${DB_PASSWORD}@db.internal/app from the job",
+    "pin numpy to 1.26.4 until the wheels for 2.x land",
+    "the api token expires at 2026-06-01T12:00Z, renew it before",
+    "secret scanning rule: (?i)(api[_-]?key|secret)[:=][A-Za-z0-9]{16,} catches most",
+    "the deploy token is in 1Password, vault Engineering",
 ]

@@ -130,6 +130,7 @@ _OWN_FORMATS: dict[str, list[str]] = {
     "mailgun key": [_B + r"key-[0-9a-f]{32}" + _E],
     "new relic key": [_B + r"NRAK-[A-Z0-9]{27}" + _E],
     "gitlab token": [_B + r"glptt-[A-Za-z0-9_\-]{20,}" + _E],
+    "sentry token": [_B + r"sntry[us]_[A-Za-z0-9_=+/\-]{40,}" + _E],
     "discord webhook": [
         r"https://(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/\d+/([A-Za-z0-9_\-]{20,})"
     ],
@@ -159,22 +160,37 @@ _SECRET_WORDS = (
     r"|api[ _-]?(?:key|token|secret)|apikey|access[ _-]?(?:key|token)|auth[ _-]?token"
     r"|(?:bot|bearer|refresh|session|personal[ _-]access|deploy)[ _-]?token|token"
     r"|private[ _-]?key|signing[ _-]?key|encryption[ _-]?key|master[ _-]?key|credentials?"
+    # the same words in other languages agents are spoken to in
+    r"|passwort|kennwort|mot de passe|contrase[nñ]a|senha|parola d'ordine|wachtwoord|l[oö]senord"
 )
-# KEYWORD (then at most two words, e.g. "password for prod") CONNECTOR VALUE.
+# KEYWORD (then at most four words, e.g. "password for prod") CONNECTOR VALUE.
 _NAMED = re.compile(
     rf"(?i:(?<![a-z])(?P<word>{_SECRET_WORDS})(?![a-z]))"
     r"(?:[\"'`]?\]?)"
     # up to four words before the connector ("the passphrase we use is …"); none ends a sentence
     r"(?P<gap>(?:[ \t]+[\w\-/@']+(?:\.[\w\-/@']+)*){0,4}?)"
-    r"[ \t]*(?P<conn>=|:|(?i:\bis\b|\bwas\b|\bto\b|\bare\b)|=>|->)"
+    r"[ \t]*(?P<conn>=|:|(?i:\bis\b|\bwas\b|\bto\b|\bare\b|\best\b|\bist\b|\bes\b|\bé\b)|=>|->)"
     r"[ \t]*(?:(?i:now|still|currently|set to|changed to)[ \t]+)?"
-    r"(?P<value>\"[^\"\n]{1,200}\"|'[^'\n]{1,200}'|`[^`\n]{1,200}`|[^\s\"'`]{1,200})"
+    r"(?P<value>\"[^\"\n]{1,200}\"|'[^'\n]{1,200}'|`[^`\n]{1,200}`|«[^»\n]{1,200}»"
+    r"|[^\s\"'`]{1,200})"
 )
 # A secret word right before a value that could be nothing but a credential ("the initial
 # password Falcon#Copper637"): no connector, so the value must be strong (``_strong_value``).
 _NAMED_BARE = re.compile(
-    rf"(?i:(?<![a-z])(?P<word>{_SECRET_WORDS})(?![a-z]))[ \t]+(?P<value>[^\s\"'`]{{8,200}})"
+    rf"(?i:(?<![a-z])(?P<word>{_SECRET_WORDS})(?![a-z]))[ \t]+"
+    r"(?P<value>\"[^\"\n]{8,200}\"|'[^'\n]{8,200}'|«[^»\n]{8,200}»|[^\s\"'`]{8,200})"
 )
+# A strong value after a connector later in the sentence that names a secret ("the jenkins
+# admin password is same like before, it is M@ng0188*", "Passwort für den NAS (im Keller):
+# …"): within eight words, no sentence end between.
+_NAMED_LATER = re.compile(
+    rf"(?i:(?<![a-z])(?P<word>{_SECRET_WORDS})(?![a-z]))"
+    r"(?:[ \t,;]+[^\s]*[^\s.!?]){1,8}?"
+    r"(?:[:=]|[ \t]+(?i:is|was|est|ist|es|é))[ \t]+"
+    r"(?P<value>\"[^\"\n]{8,200}\"|'[^'\n]{8,200}'|«[^»\n]{8,200}»|[^\s\"'`]{8,200})"
+)
+# A PIN: the word in capitals (the verb "pin" is everyday language) and four to eight digits.
+_PIN = re.compile(r"\bPIN(?:[ \t]+code)?[ \t]*(?:is|:|=)[ \t]*(\d{4,8})\b")
 _WORD_KIND = {
     "pass": "password",
     "pw": "password",
@@ -324,7 +340,12 @@ class SecretScanner:
                     yield Finding(kind, start, end)
 
     def _named(self, text: str) -> Iterable[Finding]:
-        for pattern, check in ((_NAMED, _secret_value), (_NAMED_BARE, _strong_value)):
+        named = (
+            (_NAMED, _secret_value),
+            (_NAMED_BARE, _strong_value),
+            (_NAMED_LATER, _strong_value),
+        )
+        for pattern, check in named:
             for match in pattern.finditer(text):
                 found = _value_span(match)
                 if found is not None and check(found[2]):
@@ -333,6 +354,8 @@ class SecretScanner:
             for match in shape.finditer(text):
                 if _secret_value(match.group(1)):
                     yield Finding("password", *match.span(1))
+        for match in _PIN.finditer(text):
+            yield Finding("pin", *match.span(1))
 
     def _entropy(self, text: str) -> Iterable[Finding]:
         public = [m.span() for m in _PUBLIC_BLOCK.finditer(text)]
@@ -370,8 +393,13 @@ def _value_span(match: re.Match[str]) -> tuple[int, int, str] | None:
     placeholder."""
     start, end = match.span("value")
     value = match.group("value")
-    if value[0] in "\"'`" and value[-1] == value[0] and len(value) > 1:
-        start, end, value = start + 1, end - 1, value[1:-1]
+    if len(value) > 1 and ((value[0] in "\"'`" and value[-1] == value[0]) or value[0] == "«"):
+        inner = value[1:-1]
+        start, end = (
+            start + 1 + len(inner) - len(inner.lstrip()),
+            end - 1 - (len(inner) - len(inner.rstrip())),
+        )
+        value = inner.strip()
     if _PLACEHOLDER.match(value):
         return None
     while value and value[-1] in _TRAILING:
@@ -379,10 +407,18 @@ def _value_span(match: re.Match[str]) -> tuple[int, int, str] | None:
     return start, end, value
 
 
+# Dates, times, versions and ticket keys have three kinds of characters too.
+_NOT_A_SECRET = re.compile(
+    r"^\d{4}-\d{2}-\d{2}|^\d{1,2}:\d{2}|^v?\d+(?:\.\d+)+(?:[-+][\w.]+)?$|^[A-Z][A-Z0-9]+-\d+$"
+    r"|^\w+\(|^[\w.]+\.(?:py|js|ts|md|json|ya?ml|toml|env|sh)$|@[\w-]+\.[a-z]{2,}|://"
+    r"|\[[A-Za-z0-9]-[A-Za-z0-9]|\\[sdwSDW]|\{\d+,?\d*\}?$|\(\?"  # a regular expression
+)
+
+
 def _strong_value(value: str) -> bool:
     """A value no word or identifier looks like: 8+ characters of at least three of lower
     case, upper case, digits and symbols, and not a path or a URL."""
-    if len(value) < 8 or "/" in value or _PLACEHOLDER.match(value):
+    if len(value) < 8 or "/" in value or _PLACEHOLDER.match(value) or _NOT_A_SECRET.search(value):
         return False
     classes = (str.islower, str.isupper, str.isdigit, lambda c: not c.isalnum())
     return sum(any(test(c) for c in value) for test in classes) >= 3
@@ -405,6 +441,8 @@ def _decodes_to_text(token: str) -> bool:
 def _secret_value(value: str) -> bool:
     """Whether a value named by a secret word reads as a credential rather than a word."""
     if len(value) < 6 or _PLACEHOLDER.match(value) or _MARKER_RE.search(value):
+        return False
+    if _NOT_A_SECRET.search(value):
         return False
     if any(c.isspace() for c in value):  # words: prose, or a passphrase told from prose by no rule
         return False
