@@ -130,6 +130,8 @@ _OWN_FORMATS: dict[str, list[str]] = {
     "mailgun key": [_B + r"key-[0-9a-f]{32}" + _E],
     "new relic key": [_B + r"NRAK-[A-Z0-9]{27}" + _E],
     "gitlab token": [_B + r"glptt-[A-Za-z0-9_\-]{20,}" + _E],
+    "firebase server key": [_B + r"AAAA[A-Za-z0-9_\-]{7}:[A-Za-z0-9_\-]{140}" + _E],
+    "api key": [r"(?i:\bauthorization:\s*key)=([A-Za-z0-9_:\-]{20,})"],
     "sentry token": [_B + r"sntry[us]_[A-Za-z0-9_=+/\-]{40,}" + _E],
     "discord webhook": [
         r"https://(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/\d+/([A-Za-z0-9_\-]{20,})"
@@ -148,9 +150,15 @@ _OWN_FORMATS: dict[str, list[str]] = {
 _PASSWORD_SHAPES = (
     re.compile(r"(?:^|\s)(?:-u|--user)[ \t]+['\"]?[^\s:'\"]+:([^\s'\"]{3,})"),
     re.compile(
-        r"(?i:\b(?:login|creds|credentials))[ \t]*(?:is|are|:|=)?[ \t]*[\w.@+\-]+[ \t]*/[ \t]*"
-        r"([^\s/]{6,})"
+        r"(?i:\b(?:login|creds|credentials))(?:[ \t]+[^\s:=]+){0,5}?[ \t]*(?:is|are|:|=)?[ \t]*"
+        r"[\w.@+\-]+[ \t]*/[ \t]*([^\s/]{6,})"
     ),
+)
+# A secret given as a command-line flag (mysql -p'…', az login -p …, ldapsearch -w …): the value
+# must be strong, as "-p 8080" is a port and "-w 5" a wait.
+_SECRET_FLAG = re.compile(
+    r"(?:^|\s)(?:-p|-w|--password|--passwd|--pass|--secret|--token|--api-key|--client-secret)"
+    r"(?![\w-])(?:[ \t]+|=)?([\"']?)(?P<value>[^\s'\"]{6,200})\1"
 )
 
 # --------------------------------------------------------------------------- named values
@@ -161,7 +169,10 @@ _SECRET_WORDS = (
     r"|(?:bot|bearer|refresh|session|personal[ _-]access|deploy)[ _-]?token|token"
     r"|private[ _-]?key|signing[ _-]?key|encryption[ _-]?key|master[ _-]?key|credentials?"
     # the same words in other languages agents are spoken to in
-    r"|passwort|kennwort|mot de passe|contrase[nñ]a|senha|parola d'ordine|wachtwoord|l[oö]senord"
+    r"|passwort|kennwort|mot de passe|contrase[nñ]a|clave|senha|parola d'ordine|wachtwoord"
+    r"|l[oö]senord|пароль|パスワード|密码|密碼|비밀번호"
+    # network gear: a pre-shared key, an SNMP community string
+    r"|psk|pre-?shared[ _-]?key|community[ _-]?string|snmp-server community"
 )
 # KEYWORD (then at most four words, e.g. "password for prod") CONNECTOR VALUE.
 _NAMED = re.compile(
@@ -169,7 +180,8 @@ _NAMED = re.compile(
     r"(?:[\"'`]?\]?)"
     # up to four words before the connector ("the passphrase we use is …"); none ends a sentence
     r"(?P<gap>(?:[ \t]+[\w\-/@']+(?:\.[\w\-/@']+)*){0,4}?)"
-    r"[ \t]*(?P<conn>=|:|(?i:\bis\b|\bwas\b|\bto\b|\bare\b|\best\b|\bist\b|\bes\b|\bé\b)|=>|->)"
+    r"[ \t]*(?P<conn>=|:|(?i:\bis\b|\bwas\b|\bto\b|\bare\b|\best\b|\bist\b|\bes\b|\bé\b"
+    r"|\blautet\b)|は|是|为|=>|->)"
     r"[ \t]*(?:(?i:now|still|currently|set to|changed to)[ \t]+)?"
     r"(?P<value>\"[^\"\n]{1,200}\"|'[^'\n]{1,200}'|`[^`\n]{1,200}`|«[^»\n]{1,200}»"
     r"|[^\s\"'`]{1,200})"
@@ -186,7 +198,7 @@ _NAMED_BARE = re.compile(
 _NAMED_LATER = re.compile(
     rf"(?i:(?<![a-z])(?P<word>{_SECRET_WORDS})(?![a-z]))"
     r"(?:[ \t,;]+[^\s]*[^\s.!?]){1,8}?"
-    r"(?:[:=]|[ \t]+(?i:is|was|est|ist|es|é))[ \t]+"
+    r"(?:[:=]|[ \t]+(?i:is|was|est|ist|es|é|lautet|は|是|为))[ \t]+"
     r"(?P<value>\"[^\"\n]{8,200}\"|'[^'\n]{8,200}'|«[^»\n]{8,200}»|[^\s\"'`]{8,200})"
 )
 # A PIN: the word in capitals (the verb "pin" is everyday language) and four to eight digits.
@@ -204,6 +216,10 @@ _WORD_KIND = {
     "encryption": "encryption key",
     "master": "master key",
     "credential": "credential",
+    "psk": "pre-shared key",
+    "pre": "pre-shared key",
+    "community": "snmp community",
+    "snmp": "snmp community",
 }
 _PLACEHOLDER = re.compile(
     r"(?i)^(?:<[^>]*>|\$\{[^}]*\}|\{\{[^}]*\}\}|(?-i:\$[A-Z_][A-Z0-9_]*|%[A-Z_]+%|[A-Z][A-Z0-9_]*)"
@@ -313,8 +329,15 @@ class SecretScanner:
         finding wins)."""
         if not text or len(text) < 8:
             return []
-        found = [*self._formats(text), *self._named(text), *self._entropy(text)]
-        return self._merge(text, found)
+        found = self._merge(text, [*self._formats(text), *self._named(text), *self._entropy(text)])
+        # A secret found once is a secret wherever else the text repeats it.
+        again = [
+            Finding(f.kind, m.start(), m.end())
+            for f in found
+            if f.end - f.start >= 6
+            for m in re.finditer(re.escape(text[f.start : f.end]), text)
+        ]
+        return self._merge(text, [*found, *again]) if len(again) > len(found) else found
 
     def redact(self, text: str) -> tuple[str, list[str]]:
         """``text`` with every secret replaced by its marker, and the kinds replaced."""
@@ -354,6 +377,9 @@ class SecretScanner:
             for match in shape.finditer(text):
                 if _secret_value(match.group(1)):
                     yield Finding("password", *match.span(1))
+        for match in _SECRET_FLAG.finditer(text):
+            if _strong_value(match.group("value")):
+                yield Finding("password", *match.span("value"))
         for match in _PIN.finditer(text):
             yield Finding("pin", *match.span(1))
 
