@@ -259,6 +259,9 @@ def _add_tool_commands(commands: Any) -> None:
         dest="ids_only",
         help="print only the result ids, one a line (for scripts)",
     )
+    recall.add_argument(
+        "--brief", action="store_true", help="one line per result (content cut to the line)"
+    )
     json_flag(recall)
 
     forget = _command(
