@@ -292,6 +292,7 @@ def render_recall(
         for number, result in enumerate(results, start=1):
             head = _head(number, result)
             content = " ".join(str(result.get("content") or result.get("name") or "").split())
+            head[5] = head[5].split()[0]  # the day alone: the line is for the content
             rows.append([*head[:-1], " ".join(p for p in (head[-1], content) if p)])
         lines = [
             line[: _width() - 1] + "…" if len(line) > _width() else line
