@@ -1,0 +1,196 @@
+"""Access to the memory browser: who may read and change memories through it.
+
+- The URL ``ferrex ui`` prints carries a token; the first request with it gets a session cookie
+  (HttpOnly, SameSite=Strict) and is redirected to the same page without the token, so the
+  token leaves the address bar and the history. A generated token is good once; a configured
+  one (``FERREX_HTTP_TOKEN``, required with ``--host``) is good for each person given it.
+- Every request whose ``Host`` is not this server's address is refused (DNS rebinding), as is
+  every request whose ``Origin`` is another site's.
+- Every state-changing request is a POST carrying the session's CSRF token.
+- Requests without a session (and without the token) get 401 and reach nothing else.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl, urlencode
+
+COOKIE = "ferrex_ui"
+TOKEN_PARAM = "token"
+PUBLIC_PREFIX = "/static/"
+MAX_SESSIONS = 64
+
+SECURITY_HEADERS = [
+    (
+        b"content-security-policy",
+        b"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        b"form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    ),
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"cache-control", b"no-store"),
+]
+
+
+@dataclass
+class Session:
+    csrf: str
+    namespace: str
+    flash: dict[str, str] | None = None  # one message for the next page (after a redirect)
+
+
+@dataclass
+class Access:
+    """The token, the allowed hosts and the sessions of one running browser server."""
+
+    token: str
+    hosts: frozenset[str]
+    default_namespace: str
+    reusable: bool = False  # a configured token logs in many times; a generated one once
+    sessions: dict[str, Session] = field(default_factory=dict)
+    used: bool = False
+
+    def host_allowed(self, host: str) -> bool:
+        return host.lower() in self.hosts
+
+    def origin_allowed(self, origin: str) -> bool:
+        scheme, _, rest = origin.partition("://")
+        return scheme == "http" and self.host_allowed(rest.rstrip("/"))
+
+    def exchange(self, given: str) -> str | None:
+        """A new session id for the right token (once, unless it is reusable); else None."""
+        if not given or (self.used and not self.reusable):
+            return None
+        if not hmac.compare_digest(given.encode(), self.token.encode()):
+            return None
+        self.used = True
+        if len(self.sessions) >= MAX_SESSIONS:  # the oldest goes
+            self.sessions.pop(next(iter(self.sessions)))
+        sid = secrets.token_urlsafe(32)
+        self.sessions[sid] = Session(secrets.token_urlsafe(24), self.default_namespace)
+        return sid
+
+    def session(self, sid: str | None) -> Session | None:
+        if not sid:
+            return None
+        for known, session in self.sessions.items():
+            if hmac.compare_digest(known.encode(), sid.encode()):
+                return session
+        return None
+
+
+def _cookies(headers: dict[bytes, bytes]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for part in headers.get(b"cookie", b"").decode("latin-1").split(";"):
+        name, _, value = part.strip().partition("=")
+        if name:
+            out[name] = value
+    return out
+
+
+class Guard:
+    """ASGI middleware in front of the browser's app: Host and Origin checks, the token
+    exchange, the session (``scope["state"]["session"]``) and the security headers."""
+
+    def __init__(self, app: Any, access: Access) -> None:
+        self.app = app
+        self.access = access
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        host = headers.get(b"host", b"").decode("latin-1")
+        if not self.access.host_allowed(host):
+            await _plain(send, 403, "forbidden: this address is not the ferrex ui's own")
+            return
+        origin = headers.get(b"origin", b"").decode("latin-1")
+        if origin and not self.access.origin_allowed(origin):
+            await _plain(send, 403, "forbidden: a request from another site")
+            return
+        query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+        if TOKEN_PARAM in query:
+            await self._exchange(scope, send, query)
+            return
+        path = str(scope.get("path", ""))
+        session = self.access.session(_cookies(headers).get(COOKIE))
+        if session is None and not path.startswith(PUBLIC_PREFIX):
+            await _plain(
+                send,
+                401,
+                "unauthorized: open the address `ferrex ui` printed (it carries a one-time "
+                "token), or start `ferrex ui` again for a new one",
+            )
+            return
+        scope.setdefault("state", {})["session"] = session
+
+        async def send_secured(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                message.setdefault("headers", [])
+                message["headers"] = [*message["headers"], *SECURITY_HEADERS]
+            await send(message)
+
+        await self.app(scope, receive, send_secured)
+
+    async def _exchange(self, scope: dict[str, Any], send: Any, query: dict[str, str]) -> None:
+        sid = self.access.exchange(query.pop(TOKEN_PARAM))
+        if sid is None:
+            await _plain(
+                send,
+                401,
+                "unauthorized: this token is wrong or was already used; start `ferrex ui` "
+                "again for a new address",
+            )
+            return
+        rest = urlencode(query)
+        location = str(scope.get("path") or "/") + (f"?{rest}" if rest else "")
+        cookie = f"{COOKIE}={sid}; HttpOnly; SameSite=Strict; Path=/"
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 303,
+                "headers": [
+                    (b"location", location.encode("latin-1", "replace")),
+                    (b"set-cookie", cookie.encode()),
+                    (b"content-length", b"0"),
+                    *SECURITY_HEADERS,
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": b""})
+
+
+def csrf_ok(session: Session | None, given: str | None) -> bool:
+    return bool(session and given and hmac.compare_digest(session.csrf.encode(), given.encode()))
+
+
+async def _plain(send: Any, status: int, text: str) -> None:
+    body = (text + "\n").encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"text/plain; charset=utf-8"),
+                (b"content-length", str(len(body)).encode()),
+                *SECURITY_HEADERS,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def allowed_hosts(host: str, port: int) -> frozenset[str]:
+    """``Host`` values that name this server: its address, and localhost on loopback."""
+    names = {host.lower()}
+    if host in ("127.0.0.1", "localhost", "::1"):
+        names |= {"127.0.0.1", "localhost", "[::1]"}
+    return frozenset(
+        f"{name}:{port}" if ":" not in name or name.startswith("[") else f"[{name}]:{port}"
+        for name in names
+    )
