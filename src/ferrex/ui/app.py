@@ -277,7 +277,11 @@ class Pages:
             message = exc.message if isinstance(exc, FerrexError) else "engine not reachable"
             session.flash = {"kind": "error", "text": f"not corrected: {message}"}
             return RedirectResponse(f"/memory/{memory_id}", 303)
-        session.flash = {"kind": "ok", "text": f"corrected: {stored['status']} {stored['id']}"}
+        if stored["status"] == "superseded":
+            text = f"corrected: the new value {stored['id']} supersedes {memory_id}"
+        else:  # e.g. a contradiction (the old value had a higher confidence): both kept
+            text = f"stored {stored['id']} ({stored['status']}): {stored.get('message', '')}"
+        session.flash = {"kind": "ok", "text": text}
         return RedirectResponse(f"/memory/{stored['id']}", 303)
 
     async def rollback(self, request: Request) -> Response:

@@ -31,7 +31,7 @@ SECURITY_HEADERS = [
     ),
     (b"x-frame-options", b"DENY"),
     (b"x-content-type-options", b"nosniff"),
-    (b"referrer-policy", b"no-referrer"),
+    (b"referrer-policy", b"same-origin"),  # no-referrer would make POSTs send Origin: null
     (b"cache-control", b"no-store"),
 ]
 
