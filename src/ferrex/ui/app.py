@@ -29,7 +29,7 @@ from ferrex.ui.security import Access, Guard, Session, csrf_ok
 
 HERE = Path(__file__).parent
 TYPES = ("episodic", "semantic", "procedural")
-LEVELS = ("fresh", "aging", "stale", "superseded")
+LEVELS = ("fresh", "aging", "stale")  # of current memories (stats counts superseded apart)
 STATUS = {"not_found": 404, "internal_error": 500, "storage_full": 507}
 
 Call = Callable[[str, dict[str, Any]], Awaitable[Any]]

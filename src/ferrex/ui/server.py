@@ -57,15 +57,23 @@ def resolve_access(options: UiOptions, configured_token: str | None, port: int) 
     """Loopback: a fresh one-time token. Another interface: only with a configured token
     (``FERREX_HTTP_TOKEN``, at least 16 characters), which stays valid for each person given
     it; refused otherwise."""
+    check_host(options, configured_token)
     hosts = allowed_hosts(options.host, port)
     if _loopback(options.host):
         return Access(secrets.token_urlsafe(32), hosts, options.namespace)
+    assert configured_token is not None
+    return Access(configured_token, hosts, options.namespace, reusable=True)
+
+
+def check_host(options: UiOptions, configured_token: str | None) -> None:
+    """Refuse another interface than loopback without a configured token (before binding)."""
+    if _loopback(options.host):
+        return
     if not configured_token or len(configured_token) < 16:
         raise UiSetupError(
             f"refusing to serve the memory browser on {options.host} (not a loopback address) "
             "without a configured token: set FERREX_HTTP_TOKEN (at least 16 characters)"
         )
-    return Access(configured_token, hosts, options.namespace, reusable=True)
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -89,6 +97,7 @@ def _url(host: str, port: int, token: str) -> str:
 async def serve_ui(backend: Any, options: UiOptions, configured_token: str | None) -> int:
     import uvicorn
 
+    check_host(options, configured_token)
     sock = listen(options.host, options.port)
     port = int(sock.getsockname()[1])
     access = resolve_access(options, configured_token, port)
