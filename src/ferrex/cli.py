@@ -397,21 +397,9 @@ def build_parser() -> argparse.ArgumentParser:
         "create a store in the data dir (operator commands never create one)",
     )
     _add_tool_commands(commands)
-    ui = _command(
-        commands,
-        "ui",
-        (*STORE_FLAGS, _namespace_flag, _rerank_flags),
-        "browse and curate memories in a local web page",
-        "Serve the memory browser on 127.0.0.1 and print its address (with a one-time "
-        "token) as the first line; open it in the browser. See docs/ui.md.",
-    )
-    ui.add_argument("--port", type=int, default=0, metavar="N", help="port (default: a free one)")
-    ui.add_argument("--no-browser", action="store_true", help="print the address only")
-    ui.add_argument(
-        "--host",
-        default="127.0.0.1",
-        help="interface (another than loopback needs FERREX_HTTP_TOKEN, the login token)",
-    )
+    from ferrex.commands.ui import add_ui_command
+
+    add_ui_command(commands, _command, (*STORE_FLAGS, _namespace_flag, _rerank_flags))
     doctor = _command(
         commands,
         "doctor",
@@ -542,7 +530,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return _serve_http(settings, explicit_tier, args.http)
             return _serve(settings, explicit_tier)
         if command == "ui":
-            return _ui(settings, explicit_tier, args)
+            from ferrex.commands.ui import run_ui_command
+
+            return run_ui_command(settings, explicit_tier, args)
         if command == "migrate-index":
             return _migrate(settings, explicit_tier, args.target)
         if command == "init":
@@ -725,13 +715,6 @@ def _serve_http(settings: Settings, explicit_tier: bool, bind_text: str) -> int:
         "ferrex starting", http=bind.url, **startup_fields(settings)
     )
     return run_http(_backend(settings, explicit_tier), bind, token, settings.namespace)
-
-
-def _ui(settings: Settings, explicit_tier: bool, args: argparse.Namespace) -> int:
-    from ferrex.ui.server import UiOptions, run_ui
-
-    options = UiOptions(args.host, args.port, not args.no_browser, settings.namespace)
-    return run_ui(_backend(settings, explicit_tier), options, settings.http_token)
 
 
 def _migrate(settings: Settings, explicit_tier: bool, target: str) -> int:

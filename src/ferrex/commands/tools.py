@@ -278,39 +278,54 @@ _EXPLAIN_SHOWN = (
 )
 
 
+_HEADER = ["#", "score", "type", "freshness", "age", "date", "id", ""]
+
+
+def _brief_lines(results: list[dict[str, Any]]) -> list[str]:
+    """One line per result: the day, the id and the content cut to the line."""
+    rows = []
+    for number, result in enumerate(results, start=1):
+        head = _head(number, result)
+        content = " ".join(str(result.get("content") or result.get("name") or "").split())
+        head[5] = head[5].split()[0]  # the day alone: the line is for the content
+        rows.append([*head[:-1], " ".join(p for p in (head[-1], content) if p)])
+    width = _width()
+    return [
+        line[: width - 1] + "…" if len(line) > width else line
+        for line in table(rows, [*_HEADER[:-1], "content"], last_wraps=False)
+    ]
+
+
+def _why(result: dict[str, Any], width: int) -> list[str]:
+    details = result.get("explain") or {}
+    shown = {k: details[k] for k in _EXPLAIN_SHOWN if details.get(k) is not None}
+    if not shown:
+        return []
+    why = ", ".join(f"{k} {_cell(v)}" for k, v in shown.items())
+    return textwrap.wrap(f"why: {why}", width)
+
+
+def _full_lines(results: list[dict[str, Any]], explain: bool) -> list[str]:
+    """A head line per result, its whole content wrapped below it (and why, with explain)."""
+    heads = table([_head(n, r) for n, r in enumerate(results, start=1)], _HEADER, False)
+    lines = [heads[0]]
+    width = _width() - 4
+    for head, result in zip(heads[1:], results, strict=True):
+        below = _body(result, width) + (_why(result, width) if explain else [])
+        lines += [head, *("    " + line for line in below), ""]
+    return lines[:-1]
+
+
 def render_recall(
     answer: dict[str, Any], *, brief: bool = False, explain: bool = False
 ) -> list[str]:
     """Each result's score, type, freshness, age and date (an event's own time, else when it was
     stored), id and its whole content wrapped below it; ``brief``: one line per result."""
     results = answer.get("results") or []
-    header = ["#", "score", "type", "freshness", "age", "date", "id", ""]
     if not results:
         lines = ["no results"]
-    elif brief:
-        rows = []
-        for number, result in enumerate(results, start=1):
-            head = _head(number, result)
-            content = " ".join(str(result.get("content") or result.get("name") or "").split())
-            head[5] = head[5].split()[0]  # the day alone: the line is for the content
-            rows.append([*head[:-1], " ".join(p for p in (head[-1], content) if p)])
-        lines = [
-            line[: _width() - 1] + "…" if len(line) > _width() else line
-            for line in table(rows, [*header[:-1], "content"], last_wraps=False)
-        ]
     else:
-        heads = table([_head(n, r) for n, r in enumerate(results, start=1)], header, False)
-        lines = [heads[0]]
-        for line, result in zip(heads[1:], results, strict=True):
-            lines.append(line)
-            lines += ["    " + line for line in _body(result, _width() - 4)]
-            details = result.get("explain") or {}
-            shown = {k: details[k] for k in _EXPLAIN_SHOWN if details.get(k) is not None}
-            if explain and shown:
-                why = ", ".join(f"{k} {_cell(v)}" for k, v in shown.items())
-                lines += ["    " + line for line in textwrap.wrap(f"why: {why}", _width() - 4)]
-            lines.append("")
-        lines.pop()
+        lines = _brief_lines(results) if brief else _full_lines(results, explain)
     rest = {k: v for k, v in answer.items() if k != "results" and (explain or k != "explain")}
     if rest:
         lines.append("")

@@ -55,6 +55,11 @@ def _session(request: Request) -> Session:
     return session
 
 
+def _base(request: Request) -> str:
+    """Where the app is mounted: "" for ``ferrex ui``, "/ui" under the team server."""
+    return str(request.scope.get("root_path") or "")
+
+
 def _local(path: str | None) -> str:
     """A redirect target of this app only (never another site)."""
     if path and path.startswith("/") and not path.startswith("//") and "\\" not in path:
@@ -86,6 +91,8 @@ class Pages:
             "namespace": session.namespace,
             "namespaces": sorted(namespaces),
             "path": request.url.path,
+            "base": _base(request),
+            "route": request.url.path.removeprefix(_base(request)) or "/",
             "here": request.url.path + (f"?{request.url.query}" if request.url.query else ""),
             "flash": flash,
             **context,
@@ -177,7 +184,7 @@ class Pages:
             pages=pages,
             prev=_with(query, page=page["page"] - 1) if page["page"] > 1 else None,
             next=_with(query, page=page["page"] + 1) if page["page"] < pages else None,
-            export="/browse.jsonl?" + urlencode(query),
+            export=f"{_base(request)}/browse.jsonl?" + urlencode(query),
         )
         return await self.render(request, "browse.html", context)
 
@@ -213,7 +220,7 @@ class Pages:
         action = str(form.get("action") or "")
         ids = [str(i) for i in form.getlist("ids") if str(i)]
         namespace = str(form.get("namespace") or session.namespace)
-        back = _local(str(form.get("back") or "/"))
+        back = _local(str(form.get("back") or f"{_base(request)}/"))
         if not ids:
             session.flash = {"kind": "error", "text": "select at least one memory first"}
             return RedirectResponse(back, 303)
@@ -226,8 +233,9 @@ class Pages:
                 text = f"forgot {len(done['deleted'])}"
                 if done.get("not_found"):
                     text += f"; not found: {', '.join(done['not_found'])}"
-                if back.startswith("/memory/") and back.split("/")[2] in done["deleted"]:
-                    back = "/browse"  # the page of a forgotten memory is gone
+                route = back.removeprefix(_base(request))
+                if route.startswith("/memory/") and route.split("/")[2] in done["deleted"]:
+                    back = f"{_base(request)}/browse"  # the page of a forgotten memory is gone
             elif action in keys:
                 arguments = {keys[action]: ids, "namespace": namespace}
                 done = await self.engine.call("reflect", arguments)
@@ -276,13 +284,13 @@ class Pages:
         except (FerrexError, ConnectionError) as exc:
             message = exc.message if isinstance(exc, FerrexError) else "engine not reachable"
             session.flash = {"kind": "error", "text": f"not corrected: {message}"}
-            return RedirectResponse(f"/memory/{memory_id}", 303)
+            return RedirectResponse(f"{_base(request)}/memory/{memory_id}", 303)
         if stored["status"] == "superseded":
             text = f"corrected: the new value {stored['id']} supersedes {memory_id}"
         else:  # e.g. a contradiction (the old value had a higher confidence): both kept
             text = f"stored {stored['id']} ({stored['status']}): {stored.get('message', '')}"
         session.flash = {"kind": "ok", "text": text}
-        return RedirectResponse(f"/memory/{stored['id']}", 303)
+        return RedirectResponse(f"{_base(request)}/memory/{stored['id']}", 303)
 
     async def rollback(self, request: Request) -> Response:
         """Restore a procedure version as the next version (the store tool's rollback_to)."""
@@ -305,9 +313,9 @@ class Pages:
         except (FerrexError, ConnectionError, ValueError) as exc:
             message = exc.message if isinstance(exc, FerrexError) else "could not roll back"
             session.flash = {"kind": "error", "text": f"not rolled back: {message}"}
-            return RedirectResponse(f"/memory/{memory_id}", 303)
+            return RedirectResponse(f"{_base(request)}/memory/{memory_id}", 303)
         session.flash = {"kind": "ok", "text": f"restored version {version} as {stored['id']}"}
-        return RedirectResponse(f"/memory/{stored['id']}", 303)
+        return RedirectResponse(f"{_base(request)}/memory/{stored['id']}", 303)
 
 
 def _with(query: dict[str, str], **changes: Any) -> str:

@@ -48,18 +48,21 @@ class Access:
     """The token, the allowed hosts and the sessions of one running browser server."""
 
     token: str
-    hosts: frozenset[str]
+    hosts: frozenset[str] | None  # None: any (a wildcard bind; the token still guards it)
     default_namespace: str
     reusable: bool = False  # a configured token logs in many times; a generated one once
     sessions: dict[str, Session] = field(default_factory=dict)
     used: bool = False
 
     def host_allowed(self, host: str) -> bool:
+        if self.hosts is None:
+            return bool(host)
         return host.lower() in self.hosts
 
-    def origin_allowed(self, origin: str) -> bool:
-        scheme, _, rest = origin.partition("://")
-        return scheme == "http" and self.host_allowed(rest.rstrip("/"))
+    @staticmethod
+    def origin_allowed(origin: str, host: str) -> bool:
+        """Same origin: the page that sent it was served by this server under this Host."""
+        return origin.lower() == f"http://{host.lower()}"
 
     def exchange(self, given: str) -> str | None:
         """A new session id for the right token (once, unless it is reusable); else None."""
@@ -110,14 +113,14 @@ class Guard:
             await _plain(send, 403, "forbidden: this address is not the ferrex ui's own")
             return
         origin = headers.get(b"origin", b"").decode("latin-1")
-        if origin and not self.access.origin_allowed(origin):
+        if origin and not self.access.origin_allowed(origin, host):
             await _plain(send, 403, "forbidden: a request from another site")
             return
         query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
         if TOKEN_PARAM in query:
             await self._exchange(scope, send, query)
             return
-        path = str(scope.get("path", ""))
+        path = str(scope.get("path", "")).removeprefix(str(scope.get("root_path", "")))
         session = self.access.session(_cookies(headers).get(COOKIE))
         if session is None and not path.startswith(PUBLIC_PREFIX):
             await _plain(
@@ -185,8 +188,11 @@ async def _plain(send: Any, status: int, text: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def allowed_hosts(host: str, port: int) -> frozenset[str]:
-    """``Host`` values that name this server: its address, and localhost on loopback."""
+def allowed_hosts(host: str, port: int) -> frozenset[str] | None:
+    """``Host`` values that name this server: its address, and localhost on loopback; None
+    (any) for a wildcard address, whose names this server cannot know."""
+    if host in ("0.0.0.0", "::", ""):
+        return None
     names = {host.lower()}
     if host in ("127.0.0.1", "localhost", "::1"):
         names |= {"127.0.0.1", "localhost", "[::1]"}

@@ -161,3 +161,45 @@ def run_ui(backend: Any, options: UiOptions, configured_token: str | None) -> in
     # As the servers do: leave without interpreter finalization (a model still loading in a
     # background thread would abort the process there).
     os._exit(status)
+
+
+# ---------------------------------------------------------------------- under the team server
+
+UI_PREFIX = "/ui"
+
+
+class UnderPrefix:
+    """ASGI: requests under ``/ui`` go to the memory browser (mounted there), the rest to the
+    team server's MCP app (and its bearer check)."""
+
+    def __init__(self, ui: Any, other: Any) -> None:
+        self.ui = ui
+        self.other = other
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        path = str(scope.get("path", ""))
+        if scope["type"] != "http" or not (path == UI_PREFIX or path.startswith(UI_PREFIX + "/")):
+            await self.other(scope, receive, send)
+            return
+        if path == UI_PREFIX:  # the browser's pages are under /ui/
+            query = scope.get("query_string", b"").decode("latin-1")
+            location = f"{UI_PREFIX}/" + (f"?{query}" if query else "")
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 308,
+                    "headers": [(b"location", location.encode()), (b"content-length", b"0")],
+                }
+            )
+            await send({"type": "http.response.body", "body": b""})
+            return
+        root = str(scope.get("root_path", "")) + UI_PREFIX
+        await self.ui({**scope, "root_path": root}, receive, send)
+
+
+def team_server_ui(backend: Any, host: str, port: int, token: str, namespace: str) -> Any:
+    """The memory browser for ``ferrex serve --http``: logged in with the team server's token
+    (``/ui/?token=...``, good for each person given it), then a session cookie."""
+    engine = Engine(backend.call)
+    access = Access(token, allowed_hosts(host, port), namespace, reusable=True)
+    return engine, build_app(engine, access)
