@@ -143,7 +143,7 @@ def test_the_team_server_serves_the_browser_under_ui_behind_its_token(
             time.sleep(0.3)
         assert httpx.post(base + "/mcp", json={}).status_code == 401  # MCP keeps its bearer
         assert httpx.get(f"{base}/ui/?token=wrong").status_code == 401
-        with httpx.Client(base_url=base) as browser:
+        with httpx.Client(base_url=base, follow_redirects=True) as browser:
             login = browser.get(f"/ui/?token={token}")  # follows the redirect to /ui/
             assert login.status_code == 200 and str(login.url) == f"{base}/ui/"
             assert "HttpOnly" in login.history[0].headers["set-cookie"]
