@@ -256,6 +256,10 @@ def test_search_shows_type_score_freshness_dates_and_why(browser: Any, ui: Ui) -
     assert "cosine" in why and "relevance" in why
     assert "q=why+did+the+nightly" in browser.current_url
     _shot(browser, "search")
+    cookies = _session_cookie(browser)
+    for bad, says in (("limit=abc", "whole number"), ("limit=0", "invalid_params")):
+        refused = httpx.get(f"{ui.base}/?q=backup&{bad}", cookies=cookies)
+        assert refused.status_code == 400 and says in refused.text, bad
 
 
 def test_browse_filters_by_type_and_exports_the_view(browser: Any, ui: Ui) -> None:

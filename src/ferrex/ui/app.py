@@ -126,8 +126,8 @@ class Pages:
         context: dict[str, Any] = {"form": form, "answer": None}
         if not form["q"].strip():
             return await self.render(request, "search.html", context)
-        arguments = _recall_arguments(form, _session(request).namespace)
         try:
+            arguments = _recall_arguments(form, _session(request).namespace)
             context["answer"] = await self.engine.call("recall", arguments)
         except (FerrexError, ConnectionError, ValueError) as exc:
             if isinstance(exc, ValueError):

@@ -18,6 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
+import structlog
+
+log = structlog.get_logger("ferrex.ui")
+
 COOKIE = "ferrex_ui"
 TOKEN_PARAM = "token"
 PUBLIC_PREFIX = "/static/"
@@ -132,13 +136,23 @@ class Guard:
             return
         scope.setdefault("state", {})["session"] = session
 
+        started = False
+
         async def send_secured(message: dict[str, Any]) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
+                started = True
                 message.setdefault("headers", [])
                 message["headers"] = [*message["headers"], *SECURITY_HEADERS]
             await send(message)
 
-        await self.app(scope, receive, send_secured)
+        try:
+            await self.app(scope, receive, send_secured)
+        except Exception as exc:
+            # The type only: a message or a traceback could carry what was searched or stored.
+            log.error("memory browser request failed", error=type(exc).__name__)
+            if not started:
+                await _plain(send, 500, "internal error (the ferrex ui log says which)")
 
     async def _exchange(self, scope: dict[str, Any], send: Any, query: dict[str, str]) -> None:
         sid = self.access.exchange(query.pop(TOKEN_PARAM))

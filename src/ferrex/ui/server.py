@@ -94,6 +94,17 @@ def _url(host: str, port: int, token: str) -> str:
     return f"http://{shown}:{port}/?token={token}"
 
 
+def _open_browser(url: str) -> None:
+    """The desktop's browser; never a text browser taking over this terminal (a Linux
+    session without a display gets the printed address only)."""
+    graphical = os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
+    if sys.platform.startswith("linux") and not graphical:
+        log.info("no display: open the address printed above in a browser")
+        return
+    if not webbrowser.open(url):
+        log.info("no browser found: open the address printed above in a browser")
+
+
 async def serve_ui(backend: Any, options: UiOptions, configured_token: str | None) -> int:
     import uvicorn
 
@@ -136,7 +147,7 @@ async def serve_ui(backend: Any, options: UiOptions, configured_token: str | Non
 
         tasks.start_soon(start_backend)
         if options.open_browser:
-            threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
+            threading.Thread(target=_open_browser, args=(url,), daemon=True).start()
         log.info("ferrex ui listening", host=options.host, port=port)
         try:
             await server.serve(sockets=[sock])
