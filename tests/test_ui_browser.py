@@ -358,6 +358,12 @@ def test_stats_draws_counts_staleness_and_growth(browser: Any, ui: Ui) -> None:
     months = [t.text for t in browser.find_elements(By.CSS_SELECTOR, "#chart-growth text.lab")]
     assert months[0] == "25-01" and len(months) >= 2  # from the old events' month on
     _shot(browser, "stats")
+    _viewport(browser, 390, 844)  # the chart on a phone: full size, scrolled sideways
+    chart = browser.find_element(By.ID, "chart-growth")
+    browser.execute_script("arguments[0].scrollIntoView()", chart)
+    assert chart.size["height"] >= 140
+    assert chart.find_element(By.XPATH, "..").screenshot(str(SHOTS / "stats-growth-phone.png"))
+    _viewport(browser, 1280, 800)
 
 
 def test_switching_namespaces(browser: Any, ui: Ui) -> None:
