@@ -222,9 +222,14 @@ def _text(driver: Any) -> str:
 
 
 def _session_cookie(driver: Any) -> dict[str, str]:
-    cookie = driver.get_cookie("ferrex_ui")
-    assert cookie is not None
-    return {"ferrex_ui": cookie["value"]}
+    name = _cookie_name(driver)
+    return {name: driver.get_cookie(name)["value"]}
+
+
+def _cookie_name(driver: Any) -> str:
+    names = [c["name"] for c in driver.get_cookies() if c["name"].startswith("ferrex_ui_")]
+    assert len(names) == 1, names
+    return str(names[0])
 
 
 def _wait_for(driver: Any, css: str) -> Any:
@@ -236,7 +241,8 @@ def _wait_for(driver: Any, css: str) -> Any:
 
 def test_the_token_becomes_a_cookie_and_leaves_the_address_bar(browser: Any, ui: Ui) -> None:
     assert browser.current_url == ui.base + "/"  # the token is gone from the address
-    cookie = browser.get_cookie("ferrex_ui")
+    cookie = browser.get_cookie(_cookie_name(browser))
+    assert cookie["name"] == "ferrex_ui_" + ui.base.rsplit(":", 1)[1]  # one per server
     assert cookie["httpOnly"] is True and cookie["sameSite"] == "Strict"
     assert browser.execute_script("return document.cookie") == ""  # scripts cannot read it
     assert "namespace" in _text(browser)
@@ -383,7 +389,9 @@ def test_switching_namespaces(browser: Any, ui: Ui) -> None:
 def test_requests_without_the_token_or_from_elsewhere_are_refused(browser: Any, ui: Ui) -> None:
     cookies = _session_cookie(browser)
     assert httpx.get(ui.base + "/").status_code == 401
-    assert httpx.get(ui.base + "/browse", cookies={"ferrex_ui": "forged"}).status_code == 401
+    assert (
+        httpx.get(ui.base + "/browse", cookies={_cookie_name(browser): "forged"}).status_code == 401
+    )
     assert httpx.get(f"{ui.base}/?token=wrong").status_code == 401
     assert httpx.get(f"{ui.base}/?token={ui.token}").status_code == 401  # used once already
     rebinding = httpx.get(ui.base + "/", cookies=cookies, headers={"Host": "evil.example:80"})

@@ -22,7 +22,7 @@ import structlog
 
 log = structlog.get_logger("ferrex.ui")
 
-COOKIE = "ferrex_ui"
+COOKIE = "ferrex_ui"  # + "_<port>": cookies are per host, not per port
 TOKEN_PARAM = "token"
 PUBLIC_PREFIX = "/static/"
 MAX_SESSIONS = 64
@@ -57,6 +57,12 @@ class Access:
     reusable: bool = False  # a configured token logs in many times; a generated one once
     sessions: dict[str, Session] = field(default_factory=dict)
     used: bool = False
+    port: int = 0
+
+    @property
+    def cookie(self) -> str:
+        """The session cookie's name: one per server, so two on one host keep their own."""
+        return f"{COOKIE}_{self.port}"
 
     def host_allowed(self, host: str) -> bool:
         if self.hosts is None:
@@ -125,7 +131,7 @@ class Guard:
             await self._exchange(scope, send, query)
             return
         path = str(scope.get("path", "")).removeprefix(str(scope.get("root_path", "")))
-        session = self.access.session(_cookies(headers).get(COOKIE))
+        session = self.access.session(_cookies(headers).get(self.access.cookie))
         if session is None and not path.startswith(PUBLIC_PREFIX):
             await _plain(
                 send,
@@ -166,7 +172,7 @@ class Guard:
             return
         rest = urlencode(query)
         location = str(scope.get("path") or "/") + (f"?{rest}" if rest else "")
-        cookie = f"{COOKIE}={sid}; HttpOnly; SameSite=Strict; Path=/"
+        cookie = f"{self.access.cookie}={sid}; HttpOnly; SameSite=Strict; Path=/"
         await send(
             {
                 "type": "http.response.start",

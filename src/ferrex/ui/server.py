@@ -60,9 +60,9 @@ def resolve_access(options: UiOptions, configured_token: str | None, port: int) 
     check_host(options, configured_token)
     hosts = allowed_hosts(options.host, port)
     if _loopback(options.host):
-        return Access(secrets.token_urlsafe(32), hosts, options.namespace)
+        return Access(secrets.token_urlsafe(32), hosts, options.namespace, port=port)
     assert configured_token is not None
-    return Access(configured_token, hosts, options.namespace, reusable=True)
+    return Access(configured_token, hosts, options.namespace, reusable=True, port=port)
 
 
 def check_host(options: UiOptions, configured_token: str | None) -> None:
@@ -212,5 +212,5 @@ def team_server_ui(backend: Any, host: str, port: int, token: str, namespace: st
     """The memory browser for ``ferrex serve --http``: logged in with the team server's token
     (``/ui/?token=...``, good for each person given it), then a session cookie."""
     engine = Engine(backend.call)
-    access = Access(token, allowed_hosts(host, port), namespace, reusable=True)
+    access = Access(token, allowed_hosts(host, port), namespace, reusable=True, port=port)
     return engine, build_app(engine, access)
