@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import parse_qsl, urlencode
 
 import anyio
 from starlette.applications import Starlette
@@ -24,6 +24,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from ferrex.core.errors import FerrexError
+from ferrex.core.requests import validate_namespace
 from ferrex.ui import charts
 from ferrex.ui.security import Access, Guard, Session, csrf_ok
 
@@ -382,13 +383,9 @@ class NamespaceSwitch:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope.get("state", {}).get("session") is not None:
-            from urllib.parse import parse_qsl
-
             query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
             wanted = query.get("ns")
             if wanted:
-                from ferrex.core.requests import validate_namespace
-
                 session: Session = scope["state"]["session"]
                 try:
                     session.namespace = validate_namespace(wanted)
