@@ -98,7 +98,7 @@ async def test_each_command_prints_a_table_and_the_tools_json(
 
     table = cli(data, models_dir, "recall", "how was the deadlock fixed?", "--limit", "2").stdout
     header, first = table.splitlines()[:2]
-    assert header.split()[:6] == ["#", "score", "type", "freshness", "age", "id"]
+    assert header.split() == ["#", "score", "type", "freshness", "age", "date", "id"]
     assert first.split()[0] == "1" and event_id in first and "deadlock" in table
     answer = as_json(cli(data, models_dir, "recall", "how was the deadlock fixed?", "--json"))
     assert answer["results"][0]["id"] == event_id
@@ -120,6 +120,42 @@ async def test_each_command_prints_a_table_and_the_tools_json(
     assert forgot.stdout.startswith(f"deleted 1: {event_id}")
     assert "not_found: mem_00000000000000000000dead" in forgot.stdout
     assert as_json(cli(data, models_dir, "stats", "--json"))["total"] == 2
+
+
+async def test_recall_prints_whole_content_the_date_and_a_procedures_steps(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    """Part 4 of issue 40: content wrapped, never cut; an event's own date beside its
+    freshness (an event from last year is not just `fresh 0d`); numbered steps; --brief."""
+    data = tmp_path / "d"
+    words = " ".join(f"word{i}" for i in range(80))
+    long_event = f"the nightly backup failed on the storage node because {words} endmarker"
+    cli(data, models_dir, "store", long_event, "--timestamp", "2025-03-04T10:00:00Z")
+    steps = ["build the release", "push it to the registry", "roll the canary", "watch errors"]
+    args = [a for step in steps for a in ("--step", step)]
+    cli(data, models_dir, "store", "--type", "procedural", "--name", "deploy", *args)
+
+    full = cli(data, models_dir, "recall", "why did the nightly backup fail?", "--limit", "1")
+    lines = full.stdout.splitlines()
+    assert lines[0].split() == ["#", "score", "type", "freshness", "age", "date", "id"]
+    head = lines[1].split()
+    assert head[2:7] == ["episodic", "fresh", "0d", "2025-03-04", "event"], lines[1]
+    body = [line for line in lines[2:] if line.startswith("    ")]
+    assert len(body) > 3 and "endmarker" in full.stdout  # wrapped over lines, never cut
+    assert all(len(line) <= 120 for line in lines if line.startswith("    "))
+    assert " ".join(" ".join(body).split()) == long_event
+
+    procedure = cli(data, models_dir, "recall", "how do we deploy?", "--limit", "1").stdout
+    assert "procedural" in procedure and " stored " in procedure.splitlines()[1]
+    for number, step in enumerate(steps, start=1):
+        assert f"    {number}. {step}" in procedure.splitlines(), procedure
+
+    brief = cli(
+        data, models_dir, "recall", "nightly backup", "--type", "episodic", "--brief"
+    ).stdout
+    rows = brief.rstrip("\n").splitlines()
+    assert len(rows) == 2 and "2025-03-04" in rows[1] and "endmarker" not in brief
+    assert rows[1].endswith("…") and len(rows[1]) <= 120
 
 
 async def test_errors_are_the_tools_own_and_exit_1_usage_exits_2(

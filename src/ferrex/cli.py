@@ -259,6 +259,9 @@ def _add_tool_commands(commands: Any) -> None:
         dest="ids_only",
         help="print only the result ids, one a line (for scripts)",
     )
+    recall.add_argument(
+        "--brief", action="store_true", help="one line per result (content cut to the line)"
+    )
     json_flag(recall)
 
     forget = _command(
@@ -394,6 +397,9 @@ def build_parser() -> argparse.ArgumentParser:
         "create a store in the data dir (operator commands never create one)",
     )
     _add_tool_commands(commands)
+    from ferrex.commands.ui import add_ui_command
+
+    add_ui_command(commands, _command, (*STORE_FLAGS, _namespace_flag, _rerank_flags))
     doctor = _command(
         commands,
         "doctor",
@@ -523,6 +529,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if getattr(args, "http", None):
                 return _serve_http(settings, explicit_tier, args.http)
             return _serve(settings, explicit_tier)
+        if command == "ui":
+            from ferrex.commands.ui import run_ui_command
+
+            return run_ui_command(settings, explicit_tier, args)
         if command == "migrate-index":
             return _migrate(settings, explicit_tier, args.target)
         if command == "init":

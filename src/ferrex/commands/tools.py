@@ -122,7 +122,10 @@ def run_tool_command(
     try:
         if command != "store":  # only a write creates a store; a read on a typo says so
             _require_store(settings)
-        answer = _operate(settings, explicit_tier, command, arguments)
+        sent = dict(arguments)
+        if command == "recall" and not as_json and not getattr(args, "ids_only", False):
+            sent["explain"] = True  # the table shows when each was stored and a procedure's steps
+        answer = _operate(settings, explicit_tier, command, sent)
     except CliError as exc:
         if as_json:
             error = {"error": exc.details or {"code": exc.code, "message": exc.message}}
@@ -136,7 +139,8 @@ def run_tool_command(
     elif getattr(args, "ids_only", False):
         sys.stdout.write("".join(f"{r['id']}\n" for r in answer.get("results", [])))
     else:
-        sys.stdout.write(render(command, answer))
+        brief, explain = bool(getattr(args, "brief", False)), bool(arguments.get("explain"))
+        sys.stdout.write(render(command, answer, brief=brief, explain=explain))
     return EXIT_OK
 
 
@@ -208,38 +212,121 @@ def _objects(items: list[dict[str, Any]]) -> list[str]:
     return table(rows, keys) if keys else [_cell(item) for item in items]
 
 
-def render_recall(answer: dict[str, Any]) -> list[str]:
-    results = answer.get("results") or []
+def _date(result: dict[str, Any]) -> str:
+    """An event's own time when it has one, else when the memory was stored (the day)."""
+    stamp = result.get("timestamp")
+    label = "event"
+    if not stamp:
+        stamp = (result.get("explain") or {}).get("created_at")
+        label = "stored"
+    return f"{str(stamp)[:10]} {label}" if stamp else "-"
+
+
+def _flags(result: dict[str, Any]) -> str:
+    flags = []
+    if result.get("contradiction"):
+        flags.append("contradiction")
+    if result.get("included_as"):
+        flags.append(str(result["included_as"]))
+    if result.get("t_invalid"):
+        flags.append("invalidated")
+    if result.get("version") is not None:
+        flags.append(f"v{result['version']}")
+    return f"[{', '.join(flags)}]" if flags else ""
+
+
+def _head(number: int, result: dict[str, Any]) -> list[str]:
+    freshness = result.get("freshness") or {}
+    age = freshness.get("age_days")
+    return [
+        str(number),
+        _cell(result.get("score")),
+        str(result.get("type", "")),
+        str(freshness.get("staleness", "")),
+        f"{age:.0f}d" if isinstance(age, int | float) else "-",
+        _date(result),
+        str(result.get("id", "")),
+        _flags(result),
+    ]
+
+
+def _body(result: dict[str, Any], width: int) -> list[str]:
+    """The whole content, wrapped to ``width`` and never cut: a procedure as its name, its
+    conditions and its numbered steps; line breaks of the content kept."""
+    details = result.get("explain") or {}
+    steps = details.get("steps")
+    if result.get("type") == "procedural" and isinstance(steps, list) and steps:
+        paragraphs = [str(details.get("name") or "procedure") + ":"]
+        conditions = details.get("conditions") or []
+        if conditions:
+            paragraphs.append("when: " + "; ".join(str(c) for c in conditions))
+        paragraphs += [f"{i}. {step}" for i, step in enumerate(steps, start=1)]
+    else:
+        paragraphs = str(result.get("content") or result.get("name") or "").splitlines()
+    lines: list[str] = []
+    for paragraph in paragraphs:
+        marker = paragraph[: len(paragraph) - len(paragraph.lstrip())]
+        lines += textwrap.wrap(
+            paragraph, width, subsequent_indent=marker + "   " if paragraph[:1].isdigit() else ""
+        ) or [""]
+    return lines
+
+
+_EXPLAIN_SHOWN = (
+    *("dense_rank", "bm25_rank", "cosine", "bm25", "late", "relevance", "rerank_score"),
+    "recency_boost",
+)
+
+
+_HEADER = ["#", "score", "type", "freshness", "age", "date", "id", ""]
+
+
+def _brief_lines(results: list[dict[str, Any]]) -> list[str]:
+    """One line per result: the day, the id and the content cut to the line."""
     rows = []
     for number, result in enumerate(results, start=1):
-        freshness = result.get("freshness") or {}
-        flags = []
-        if result.get("contradiction"):
-            flags.append("contradiction")
-        if result.get("included_as"):
-            flags.append(str(result["included_as"]))
-        if result.get("t_invalid"):
-            flags.append("invalidated")
-        content = str(result.get("content") or result.get("name") or "")
-        rows.append(
-            [
-                str(number),
-                _cell(result.get("score")),
-                str(result.get("type", "")),
-                str(freshness.get("staleness", "")),
-                f"{freshness.get('age_days', 0):.0f}d"
-                if isinstance(freshness.get("age_days"), int | float)
-                else "-",
-                str(result.get("id", "")),
-                (f"[{', '.join(flags)}] " if flags else "") + content,
-            ]
-        )
-    lines = (
-        table(rows, ["#", "score", "type", "freshness", "age", "id", "content"])
-        if rows
-        else ["no results"]
-    )
-    rest = {k: v for k, v in answer.items() if k != "results"}
+        head = _head(number, result)
+        content = " ".join(str(result.get("content") or result.get("name") or "").split())
+        head[5] = head[5].split()[0]  # the day alone: the line is for the content
+        rows.append([*head[:-1], " ".join(p for p in (head[-1], content) if p)])
+    width = _width()
+    return [
+        line[: width - 1] + "…" if len(line) > width else line
+        for line in table(rows, [*_HEADER[:-1], "content"], last_wraps=False)
+    ]
+
+
+def _why(result: dict[str, Any], width: int) -> list[str]:
+    details = result.get("explain") or {}
+    shown = {k: details[k] for k in _EXPLAIN_SHOWN if details.get(k) is not None}
+    if not shown:
+        return []
+    why = ", ".join(f"{k} {_cell(v)}" for k, v in shown.items())
+    return textwrap.wrap(f"why: {why}", width)
+
+
+def _full_lines(results: list[dict[str, Any]], explain: bool) -> list[str]:
+    """A head line per result, its whole content wrapped below it (and why, with explain)."""
+    heads = table([_head(n, r) for n, r in enumerate(results, start=1)], _HEADER, False)
+    lines = [heads[0]]
+    width = _width() - 4
+    for head, result in zip(heads[1:], results, strict=True):
+        below = _body(result, width) + (_why(result, width) if explain else [])
+        lines += [head, *("    " + line for line in below), ""]
+    return lines[:-1]
+
+
+def render_recall(
+    answer: dict[str, Any], *, brief: bool = False, explain: bool = False
+) -> list[str]:
+    """Each result's score, type, freshness, age and date (an event's own time, else when it was
+    stored), id and its whole content wrapped below it; ``brief``: one line per result."""
+    results = answer.get("results") or []
+    if not results:
+        lines = ["no results"]
+    else:
+        lines = _brief_lines(results) if brief else _full_lines(results, explain)
+    rest = {k: v for k, v in answer.items() if k != "results" and (explain or k != "explain")}
     if rest:
         lines.append("")
         lines += _pairs(rest)
@@ -261,11 +348,11 @@ def render_forget(answer: dict[str, Any]) -> list[str]:
     return [head, *_pairs(answer, 2, skip=("deleted",))]
 
 
-def render(command: str, answer: Any) -> str:
+def render(command: str, answer: Any, *, brief: bool = False, explain: bool = False) -> str:
     if not isinstance(answer, dict):
         return _cell(answer) + "\n"
     if command == "recall":
-        lines = render_recall(answer)
+        lines = render_recall(answer, brief=brief, explain=explain)
     elif command == "store":
         lines = render_store(answer)
     elif command == "forget":

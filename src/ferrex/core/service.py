@@ -15,6 +15,15 @@ from datetime import datetime
 
 from ferrex.config import Settings
 from ferrex.core.access import AccessTracker
+from ferrex.core.browse import (
+    Activity,
+    ActivityRequest,
+    Browse,
+    BrowsePage,
+    BrowseRequest,
+    History,
+    HistoryRequest,
+)
 from ferrex.core.cache import RecallCache
 from ferrex.core.clock import Clock, utcnow
 from ferrex.core.deps import Deps
@@ -104,6 +113,7 @@ class MemoryService:
         self.reflecting = Reflect(deps)
         self.statistics = Stats(deps, self.upkeep, self.readiness)
         self.looking = Lookup(deps)
+        self.browsing = Browse(deps)
         self._closed = False
 
     # ------------------------------------------------------------------ what operators use
@@ -240,3 +250,14 @@ class MemoryService:
 
     def namespaces(self) -> list[NamespaceCounts]:
         return self.looking.namespaces()
+
+    # ------------------------------------------------------------------ browsing (ferrex ui)
+
+    def browse(self, request: BrowseRequest) -> BrowsePage:
+        return self.browsing.page(request)
+
+    def history(self, request: HistoryRequest) -> History:
+        return self.browsing.history(request)
+
+    def activity(self, request: ActivityRequest) -> Activity:
+        return self.browsing.activity(request)

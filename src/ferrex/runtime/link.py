@@ -46,6 +46,7 @@ from ferrex.core.errors import FerrexError
 ENGINE_OPS = (
     *("store", "recall", "forget", "reflect", "stats"),
     *("ping", "hello", "doctor", "export", "import", "rebuild", "memory", "namespaces"),
+    *("browse", "history", "activity"),  # the memory browser's reads (ferrex ui)
 )
 
 log = structlog.get_logger("ferrex.engine")

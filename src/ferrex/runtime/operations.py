@@ -178,6 +178,10 @@ def _dispatch(service: MemoryService, op: str, arguments: dict[str, Any]) -> Any
         return rebuild(service)
     if op == "memory":
         return present_memory(service.memory(str(arguments.get("id", ""))))
+    if op == "browse" or op == "history" or op == "activity":  # the memory browser's reads
+        from ferrex.server.views import run_view
+
+        return run_view(service, op, arguments)
     if op == "namespaces":
         default = arguments.get("namespace") or service.settings.namespace
         return present_namespaces(service.namespaces(), str(default))

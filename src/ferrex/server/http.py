@@ -201,9 +201,13 @@ async def serve_http(
     if sock is None:
         return 2
 
+    from ferrex.ui.server import UnderPrefix, team_server_ui
+
     mcp = FerrexMcp(backend, default_namespace)
+    # The memory browser under /ui, logged in with the same token (docs/ui.md).
+    ui, ui_app = team_server_ui(backend, bind.host, bind.port, token, default_namespace)
     config = uvicorn.Config(
-        build_app(mcp, bind, token),
+        UnderPrefix(ui_app, build_app(mcp, bind, token)),
         host=bind.host,
         port=bind.port,
         log_config=None,  # no handlers of its own: nothing on stdout
@@ -227,7 +231,8 @@ async def serve_http(
             try:
                 await backend.start(tasks)
             except FerrexError as exc:
-                mcp.failure = exc  # every call answers with the refusal; the server stays up
+                # Every call (and page) answers with the refusal; the server stays up.
+                mcp.failure = ui.failure = exc
                 status = 2
                 sys.stderr.write(f"error: {exc.message}\n")
             except SystemExit as exc:  # e.g. the exact Qdrant fail-fast line, already said
@@ -235,9 +240,15 @@ async def serve_http(
                 server.should_exit = True
             finally:
                 mcp.ready.set()
+                ui.ready.set()
 
         tasks.start_soon(start_backend)
-        log.info("ferrex team server listening", url=bind.url, loopback=bind.loopback)
+        log.info(
+            "ferrex team server listening",
+            url=bind.url,
+            ui=bind.url.removesuffix(MCP_PATH) + "/ui/",
+            loopback=bind.loopback,
+        )
         try:
             await server.serve(sockets=[sock])
         finally:
