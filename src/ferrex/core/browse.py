@@ -18,6 +18,7 @@ from pydantic import Field, StrictBool, StrictInt, field_validator
 from ferrex.core.deps import Deps
 from ferrex.core.lookup import Lookup
 from ferrex.core.memory import MEMORY_TYPES, Memory, MemoryType
+from ferrex.core.ports import RowValidity
 from ferrex.core.requests import TypeName, _Request, validate_namespace
 from ferrex.core.results import MemoryView
 from ferrex.core.staleness import Freshness, assess
@@ -27,11 +28,6 @@ MAX_PAGE = 100_000
 STALENESS_LEVELS = ("fresh", "aging", "stale", "superseded")
 # SQL ORDER BY for each sort (fixed code, never input): the memory's own time (an event's
 # timestamp, a fact's t_valid, else when it was stored), or by type then that time.
-_ORDER = {
-    "date": "event_time DESC, created_at DESC, id",
-    "stored": "created_at DESC, id",
-    "type": "type, event_time DESC, id",
-}
 
 
 class BrowseRequest(_Request):
@@ -104,16 +100,13 @@ class Browse:
     def page(self, request: BrowseRequest) -> BrowsePage:
         """Memories of a namespace, filtered by type, staleness and validity, sorted, paged."""
         namespace = request.namespace or self.deps.namespace
-        where, params = "1=1", []
-        if not request.include_invalidated and request.staleness != "superseded":
-            where += " AND t_invalid IS NULL"
-        elif request.staleness == "superseded":
-            where += " AND t_invalid IS NOT NULL"
-        if request.types:
-            where += f" AND type IN ({','.join('?' * len(request.types))})"
-            params += list(request.types)
-        rows = self.deps.meta.memories_in_namespace(
-            namespace, where=where, params=params, order=_ORDER[request.sort], with_entities=False
+        validity: RowValidity = "all"
+        if request.staleness == "superseded":
+            validity = "ended"
+        elif not request.include_invalidated:
+            validity = "current"
+        rows = self.deps.meta.browse_memories(
+            namespace, types=list(request.types or []), validity=validity, sort=request.sort
         )
         now, config = self.deps.now(), self.deps.settings.staleness
         assessed = [(memory, assess(memory, now, config)) for memory in rows]
@@ -154,9 +147,7 @@ class Browse:
         """How the namespace grew: memories stored per month and type (every month from the
         first to the last, so a chart's gaps are real)."""
         namespace = request.namespace or self.deps.namespace
-        rows = self.deps.meta.memories_in_namespace(
-            namespace, order="created_at, id", with_entities=False
-        )
+        rows = self.deps.meta.browse_memories(namespace, types=[], validity="all", sort="first")
         counts: Counter[tuple[str, str]] = Counter(
             (_month(memory.created_at), memory.type.value) for memory in rows
         )

@@ -400,6 +400,21 @@ class ProcedureQueries(Protocol):
     def named_procedures(self, namespace: str) -> list[Memory]: ...
 
 
+RowValidity = Literal["current", "ended", "all"]
+BrowseSort = Literal["date", "stored", "type", "first"]
+
+
+class BrowseQueries(Protocol):
+    """Every memory of a namespace for a human to page through (``ferrex ui``)."""
+
+    def browse_memories(
+        self, namespace: str, *, types: Sequence[str], validity: RowValidity, sort: BrowseSort
+    ) -> list[Memory]:
+        """Without entity links; ``sort``: newest event first (``date``), newest stored first
+        (``stored``), by type then newest event (``type``), oldest stored first (``first``)."""
+        ...
+
+
 class LifecycleQueries(Protocol):
     """What reflect, stats, retention and the storage budget read: counters, review buckets,
     the current, ended and evictable memories."""
@@ -538,6 +553,7 @@ class AuditLog(Protocol):
 
 
 class MetadataStore(
+    BrowseQueries,
     Transactions,
     StoreMeta,
     MemoryRows,

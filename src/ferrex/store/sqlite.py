@@ -420,6 +420,20 @@ class SqliteStore:
             )
         return out
 
+    def browse_memories(
+        self, namespace: str, *, types: Sequence[str], validity: str, sort: str
+    ) -> list[Memory]:
+        where, params = "1=1", list(types)
+        if types:
+            where += f" AND type IN ({','.join('?' * len(types))})"
+        if validity == "current":
+            where += " AND t_invalid IS NULL"
+        elif validity == "ended":
+            where += " AND t_invalid IS NOT NULL"
+        return self.memories_in_namespace(
+            namespace, where=where, params=params, order=_BROWSE_ORDER[sort], with_entities=False
+        )
+
     def iter_memories(self, namespace: str | None = None, batch: int = 500) -> Iterator[Memory]:
         """Every memory in insertion order (rowid), in batches (export, rebuild, doctor).
 
@@ -976,6 +990,13 @@ class SqliteStore:
                 total += candidate.stat().st_blocks * 512
         return total
 
+
+_BROWSE_ORDER = {
+    "date": "event_time DESC, created_at DESC, id",
+    "stored": "created_at DESC, id",
+    "type": "type, event_time DESC, id",
+    "first": "created_at, id",
+}
 
 # The columns a redaction rewrites (core/secret_sweep.py).
 _TEXT_COLUMNS = (
