@@ -6,6 +6,7 @@ import os
 import stat
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -54,78 +55,108 @@ def doctor(service: MemoryService, *, repair: bool = False) -> dict[str, Any]:
     report["reranker"] = _reranker(service)
     report["journal_backlog"] = meta.journal_backlog()
     report["replayed_at_start"] = getattr(service, "replayed_at_start", 0)
-    if repair and model.get("available"):
+    available = bool(model.get("available"))
+    if repair and available:
         with service.deps.write:
-            replayed = service.sync.recover()
-        report["replayed"] = replayed
-    expected = meta.all_memory_ids()
-    actual: dict[str, list[str]] = {}
-    models: dict[str, set[str]] = {}
-    if model.get("available"):
-        for pid, payload in service.index.point_payloads(["memory_id", "model"]):
-            memory_id = str(payload.get("memory_id", ""))
-            actual.setdefault(memory_id, []).append(pid)
-            models.setdefault(memory_id, set()).add(str(payload.get("model")))
-    missing = sorted(mid for mid in expected if mid not in actual)
-    orphans = sorted(mid for mid in actual if mid not in expected)
-    mismatched = sorted(
-        mid
-        for mid, count in expected.items()
-        if mid in actual and set(actual[mid]) != {point_id(mid, i) for i in range(count)}
-    )
-    # Points of another model are invisible to recall (it filters on the pinned model).
-    pin = service.embedder.info.pin if model.get("available") else None
-    wrong_model = sorted(
-        mid for mid in expected if mid in models and models[mid] != {pin} and mid not in mismatched
-    )
-    report["sqlite"] = {"memories": len(expected), "expected_points": sum(expected.values())}
-    report["index"] = {"points": sum(len(v) for v in actual.values()), "memories": len(actual)}
-    report["missing_in_index"] = {"count": len(missing), "sample": missing[:_SAMPLE]}
-    report["orphans_in_index"] = {"count": len(orphans), "sample": orphans[:_SAMPLE]}
-    report["chunk_mismatch"] = {"count": len(mismatched), "sample": mismatched[:_SAMPLE]}
-    report["model_mismatch"] = {"count": len(wrong_model), "sample": wrong_model[:_SAMPLE]}
-    report["in_agreement"] = (
-        not missing
-        and not orphans
-        and not mismatched
-        and not wrong_model
-        and report["journal_backlog"] == 0
-    )
-    if repair and model.get("available") and not report["in_agreement"]:
-        with service.deps.write:
-            rows = meta.get_memories(missing + mismatched + wrong_model)
-            todo = list(rows.values())
-            for start in range(0, len(todo), 128):
-                service.sync.write_points(
-                    service.sync.plan(todo[start : start + 128]), replace=True
-                )
-            orphan_points = [p for mid in orphans for p in actual[mid]]
-            service.index.delete_points(orphan_points)
-            service.cache.invalidate()
-        report["repaired"] = {
-            "reindexed": len(todo),
-            "orphan_points_removed": len(orphan_points),
-        }
-        after = doctor(service, repair=False)
+            report["replayed"] = service.sync.recover()
+    comparison = _Comparison.of(service, available)
+    report.update(comparison.report(report["journal_backlog"]))
+    if repair and available and not report["in_agreement"]:
+        report["repaired"] = _repair_index(service, comparison)
+        after = _Comparison.of(service, available).report(meta.journal_backlog())
         report["in_agreement"] = after["in_agreement"]
-        report["after_repair"] = {
-            key: after[key]
-            for key in (
-                "missing_in_index",
-                "orphans_in_index",
-                "chunk_mismatch",
-                "model_mismatch",
-                "journal_backlog",
-            )
-        }
-    report["secrets"] = secrets = sweep(service, repair=repair and bool(model.get("available")))
+        report["after_repair"] = {key: after[key] for key in _AFTER_REPAIR}
+    report["secrets"] = secrets = sweep(service, repair=repair and available)
     report["ok"] = bool(
-        report["in_agreement"]
-        and model.get("available")
-        and report["permissions"]["ok"]
-        and secrets["ok"]
+        report["in_agreement"] and available and report["permissions"]["ok"] and secrets["ok"]
     )
     return report
+
+
+_AFTER_REPAIR = (
+    "missing_in_index",
+    "orphans_in_index",
+    "chunk_mismatch",
+    "model_mismatch",
+    "journal_backlog",
+)
+
+
+@dataclass
+class _Comparison:
+    """SQLite's memories (id -> expected points) against the index's points (by memory)."""
+
+    expected: dict[str, int]
+    actual: dict[str, list[str]]
+    missing: list[str]
+    orphans: list[str]
+    mismatched: list[str]
+    wrong_model: list[str]
+
+    @classmethod
+    def of(cls, service: MemoryService, available: bool) -> _Comparison:
+        expected = service.meta.all_memory_ids()
+        actual: dict[str, list[str]] = {}
+        models: dict[str, set[str]] = {}
+        if available:
+            for pid, payload in service.index.point_payloads(["memory_id", "model"]):
+                memory_id = str(payload.get("memory_id", ""))
+                actual.setdefault(memory_id, []).append(pid)
+                models.setdefault(memory_id, set()).add(str(payload.get("model")))
+        mismatched = sorted(
+            mid
+            for mid, count in expected.items()
+            if mid in actual and set(actual[mid]) != {point_id(mid, i) for i in range(count)}
+        )
+        # Points of another model are invisible to recall (it filters on the pinned model).
+        pin = service.embedder.info.pin if available else None
+        wrong_model = sorted(
+            mid
+            for mid in expected
+            if mid in models and models[mid] != {pin} and mid not in mismatched
+        )
+        return cls(
+            expected,
+            actual,
+            sorted(mid for mid in expected if mid not in actual),
+            sorted(mid for mid in actual if mid not in expected),
+            mismatched,
+            wrong_model,
+        )
+
+    def report(self, backlog: int) -> dict[str, Any]:
+        def sample(ids: list[str]) -> dict[str, Any]:
+            return {"count": len(ids), "sample": ids[:_SAMPLE]}
+
+        points = sum(len(v) for v in self.actual.values())
+        return {
+            "sqlite": {
+                "memories": len(self.expected),
+                "expected_points": sum(self.expected.values()),
+            },
+            "index": {"points": points, "memories": len(self.actual)},
+            "missing_in_index": sample(self.missing),
+            "orphans_in_index": sample(self.orphans),
+            "chunk_mismatch": sample(self.mismatched),
+            "model_mismatch": sample(self.wrong_model),
+            "journal_backlog": backlog,
+            "in_agreement": not (self.missing or self.orphans or self.mismatched)
+            and not self.wrong_model
+            and backlog == 0,
+        }
+
+
+def _repair_index(service: MemoryService, comparison: _Comparison) -> dict[str, int]:
+    """Re-index what is missing, split wrong or of another model; drop orphan points."""
+    c = comparison
+    with service.deps.write:
+        todo = list(service.meta.get_memories(c.missing + c.mismatched + c.wrong_model).values())
+        for start in range(0, len(todo), 128):
+            service.sync.write_points(service.sync.plan(todo[start : start + 128]), replace=True)
+        orphan_points = [p for mid in c.orphans for p in c.actual[mid]]
+        service.index.delete_points(orphan_points)
+        service.cache.invalidate()
+    return {"reindexed": len(todo), "orphan_points_removed": len(orphan_points)}
 
 
 def _disk(service: MemoryService) -> dict[str, Any]:
