@@ -497,6 +497,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.models_command == "list":
             return models.list_models(settings, as_json=args.json)
         return models.pull(settings, args.tier, args.reranker)
+    refused = _refuse_to_start(command, settings)
+    if refused is not None:
+        return refused
+    if command in TOOL_COMMANDS:
+        from ferrex.commands.tools import run_tool_command
+
+        return run_tool_command(command, args, settings, explicit_tier)
+    try:
+        if command not in CREATING_COMMANDS and command != "doctor":
+            _require_store(settings)
+        handler = _operator_commands(args, settings, explicit_tier).get(command)
+        if handler is not None:
+            return handler()
+    except CliError as exc:
+        return _fail(exc.message)
+    parser.error(f"unknown command {command}")
+    return 2
+
+
+def _refuse_to_start(command: str, settings: Settings) -> int | None:
+    """The exit status of a start-up check that fails (a data dir that cannot be made, an
+    unreachable Qdrant server, a bad --model-path); None when all pass."""
     from ferrex.datadir import DataDirError, ensure_data_dir
 
     try:
@@ -518,37 +540,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     problem = model_path_problem(settings.model_path)
     if problem and command != "doctor":  # doctor reports it as a failed check instead
         return _fail(problem)
-    if command in TOOL_COMMANDS:
-        from ferrex.commands.tools import run_tool_command
+    return None
 
-        return run_tool_command(command, args, settings, explicit_tier)
-    try:
-        if command not in CREATING_COMMANDS and command != "doctor":
-            _require_store(settings)
-        if command == "serve":
-            if getattr(args, "http", None):
-                return _serve_http(settings, explicit_tier, args.http)
-            return _serve(settings, explicit_tier)
-        if command == "ui":
-            from ferrex.commands.ui import run_ui_command
 
-            return run_ui_command(settings, explicit_tier, args)
-        if command == "migrate-index":
-            return _migrate(settings, explicit_tier, args.target)
-        if command == "init":
-            return _init(settings, explicit_tier)
-        if command == "doctor":
-            return _doctor(settings, explicit_tier, as_json=args.json, repair=args.repair)
-        if command == "rebuild-index":
-            return _rebuild(settings, explicit_tier)
-        if command == "export":
-            return _export(settings, explicit_tier, args.output, getattr(args, "namespace", None))
-        if command == "import":
-            return _import(settings, explicit_tier, args.file, args.batch)
-    except CliError as exc:
-        return _fail(exc.message)
-    parser.error(f"unknown command {command}")
-    return 2
+def _operator_commands(
+    args: argparse.Namespace, settings: Settings, explicit_tier: bool
+) -> dict[str, Callable[[], int]]:
+    """The commands that are not tools, by name (each called with the parsed flags)."""
+
+    def serve() -> int:
+        if getattr(args, "http", None):
+            return _serve_http(settings, explicit_tier, args.http)
+        return _serve(settings, explicit_tier)
+
+    def ui() -> int:
+        from ferrex.commands.ui import run_ui_command
+
+        return run_ui_command(settings, explicit_tier, args)
+
+    return {
+        "serve": serve,
+        "ui": ui,
+        "migrate-index": lambda: _migrate(settings, explicit_tier, args.target),
+        "init": lambda: _init(settings, explicit_tier),
+        "doctor": lambda: _doctor(settings, explicit_tier, as_json=args.json, repair=args.repair),
+        "rebuild-index": lambda: _rebuild(settings, explicit_tier),
+        "export": lambda: _export(
+            settings, explicit_tier, args.output, getattr(args, "namespace", None)
+        ),
+        "import": lambda: _import(settings, explicit_tier, args.file, args.batch),
+    }
 
 
 # Server flags that ``ferrex config`` copies into a client's entry: (attribute, flag, is_path).
