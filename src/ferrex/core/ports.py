@@ -448,6 +448,13 @@ class MetadataStore(Protocol):
 
     def journal_backlog(self) -> int: ...
 
+    # exactly-once calls between processes (``core/call_keys.py``)
+    def call_answer(self, key: str) -> str | None: ...
+
+    def record_call(
+        self, key: str, op: str, namespace: str, answer: str, at: datetime, forget_before: datetime
+    ) -> None: ...
+
     def audit(
         self,
         namespace: str,

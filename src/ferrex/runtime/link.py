@@ -53,8 +53,19 @@ log = structlog.get_logger("ferrex.engine")
 ENGINE_URL = "http://ferrex-engine/mcp"  # the host is a label: the socket is the address
 MAX_BODY = 64 * 1024 * 1024  # an import batch of many memories
 _LONG_CALL_SECONDS = 3600.0  # an import batch or a doctor --repair may take long
+_DRAIN_SECONDS = 10  # a leaving engine waits this long for the peers' calls in flight
 
-Handler = Callable[[str, dict[str, Any]], Awaitable[Any]]
+# A write a peer forwards carries its idempotency key in the call's ``_meta`` (never in the
+# arguments: no tool takes it, and agents never see it; see ``ferrex.core.call_keys``).
+KEY_META = "ferrex/idempotency-key"
+_MAX_KEY_CHARS = 80
+
+Handler = Callable[[str, dict[str, Any], str | None], Awaitable[Any]]
+
+
+def _key_of(params: types.CallToolRequestParams) -> str | None:
+    key = (params.meta or {}).get(KEY_META)
+    return key if isinstance(key, str) and 0 < len(key) <= _MAX_KEY_CHARS else None
 
 
 def _engine_mcp(handler: Handler) -> Server[Any]:
@@ -71,7 +82,8 @@ def _engine_mcp(handler: Handler) -> Server[Any]:
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         arguments = dict(params.arguments or {})
         try:
-            payload: dict[str, Any] = {"result": await handler(params.name, arguments)}
+            result = await handler(params.name, arguments, _key_of(params))
+            payload: dict[str, Any] = {"result": result}
             failed = False
         except FerrexError as exc:
             payload, failed = {"error": exc.to_dict()}, True
@@ -145,7 +157,8 @@ class EngineServer:
             log_config=None,
             access_log=False,
             lifespan="on",
-            timeout_graceful_shutdown=2,
+            # A leaving engine finishes the calls in flight before it hands the store over.
+            timeout_graceful_shutdown=_DRAIN_SECONDS,
         )
         server = self._uvicorn = QuietServer(config)
 
@@ -166,13 +179,14 @@ class EngineServer:
                 await self._done.wait()
             finally:
                 server.should_exit = True
-                with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                with anyio.CancelScope(shield=True), anyio.move_on_after(_DRAIN_SECONDS + 2):
                     await self._done.wait()
 
     async def aclose(self) -> None:
+        """Stop taking calls and finish those in flight (``_DRAIN_SECONDS`` at most)."""
         if self._uvicorn is not None:
             self._uvicorn.should_exit = True
-            with anyio.move_on_after(5):
+            with anyio.move_on_after(_DRAIN_SECONDS + 2):
                 await self._done.wait()
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
@@ -217,12 +231,14 @@ class EngineConnection:
             raise ConnectionError("could not open a session with the engine")
         return connection
 
-    async def request(self, op: str, arguments: dict[str, Any]) -> Any:
+    async def request(self, op: str, arguments: dict[str, Any], key: str | None = None) -> Any:
+        """Send one operation; ``key``: a write's idempotency key (sent in ``_meta``)."""
         client = self.client
         if client is None or self.closed.is_set():
             raise ConnectionError("engine connection closed")
+        meta: Any = {KEY_META: key} if key is not None else None
         try:
-            result = await client.call_tool(op, arguments)
+            result = await client.call_tool(op, arguments, meta=meta)
         except Exception as exc:
             raise ConnectionError(f"engine link failed: {type(exc).__name__}") from None
         payload = result.structured_content

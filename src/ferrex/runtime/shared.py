@@ -11,6 +11,11 @@ A peer joins with a ``hello``: the engine refuses one configured for another emb
 (exactly as the store refuses a process that opens it) and tells it its settings, so the peer
 can say which of its own settings the shared engine overrides. A takeover that fails leaves the
 process up, answering every call with the error.
+
+No call fails because another process left (docs/modes.md): a leaving engine finishes the calls
+in flight before it lets go of the store, and a call whose engine died (SIGKILL) is sent again
+to the process that took over; a write is sent with an idempotency key recorded in its own
+transaction (``ferrex.core.call_keys``), so it is applied exactly once.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -36,7 +42,16 @@ from ferrex.runtime.ownership import OwnerLock, attached, socket_path
 log = structlog.get_logger("ferrex.engine")
 
 _READ_ONLY_OPS = frozenset({"recall", "stats", "ping", "memory", "namespaces"})
+# Writes sent with an idempotency key (recorded with the write: exactly once on a retry).
+_KEYED_OPS = frozenset({"store", "forget"})
+# What a peer sends again when its engine went away mid-call: reads, keyed writes, and reflect
+# (its actions - confirm, pin, unpin - give the same result applied twice). Operator commands
+# (doctor, import, rebuild, export) are not: their caller is told to check and retry.
+_RETRIED_OPS = _READ_ONLY_OPS | _KEYED_OPS | {"reflect"}
 _WATCH_SECONDS = 0.2  # how often a peer checks that the engine process still holds the lock
+# How long reaching (or becoming) the engine may take: a leaving engine finishes the calls in
+# flight first, and the process taking over opens the store and loads the model.
+_HANDOVER_SECONDS = 90.0
 
 
 class Backend(Protocol):
@@ -68,6 +83,17 @@ class _Threaded:
         return await anyio.to_thread.run_sync(fn, *args, limiter=self.limiter)
 
 
+_PAUSE_VARIABLE = "FERREX_TEST_PAUSE_AT"
+
+
+def _pause_before_answer() -> None:
+    """The test-only fault hook (``FERREX_TEST_PAUSE_AT=before_answer``): a forwarded write
+    is applied and its answer not yet sent. Production never sets the variable."""
+    from ferrex.core.sync import PHASE_BEFORE_ANSWER, checkpoint
+
+    checkpoint(PHASE_BEFORE_ANSWER)
+
+
 EngineFactory = Callable[[], Any]
 JoinCheck = Callable[[dict[str, Any], int | None], None]
 _LINK_ERRORS = (
@@ -85,7 +111,7 @@ class SharedBackend:
         self,
         data_dir: Path,
         make_engine: EngineFactory,
-        dispatch: Callable[[Any, str, dict[str, Any]], Any],
+        dispatch: Callable[[Any, str, dict[str, Any], str | None], Any],
         hello: dict[str, Any] | None = None,
         on_join: JoinCheck | None = None,
         *,
@@ -125,7 +151,8 @@ class SharedBackend:
         await self._become_something()
 
     async def _become_something(self) -> None:
-        for _ in range(200):
+        deadline = anyio.current_time() + _HANDOVER_SECONDS
+        while anyio.current_time() < deadline:
             if self.lock.try_acquire():
                 await self._become_engine()
                 return
@@ -139,6 +166,7 @@ class SharedBackend:
             try:
                 reply = await connection.request("hello", self.hello)
             except _LINK_ERRORS:
+                await anyio.sleep(0.05)
                 continue  # the engine went away meanwhile: take over, or reach the next one
             except FerrexError:
                 await connection.aclose()  # refused (e.g. another model): as if alone
@@ -189,30 +217,40 @@ class SharedBackend:
             why=getattr(index, "reason", None) or None,
         )
 
-    async def _serve_peer(self, op: str, arguments: dict[str, Any]) -> Any:
-        return await self._threads.run(self.dispatch, self.engine, op, arguments)
+    async def _serve_peer(self, op: str, arguments: dict[str, Any], key: str | None) -> Any:
+        result = await self._threads.run(self.dispatch, self.engine, op, arguments, key)
+        if key is not None and _PAUSE_VARIABLE in os.environ:
+            await self._threads.run(_pause_before_answer)
+        return result
 
     async def call(self, op: str, arguments: dict[str, Any]) -> Any:
-        for _ in range(3):
+        """Run one operation here (engine) or on the engine process (peer). When the engine
+        process goes away mid-call, the call waits for the takeover and is sent again: reads
+        as they are, writes with the idempotency key they were first sent with."""
+        key: str | None = None
+        deadline = anyio.current_time() + _HANDOVER_SECONDS
+        while anyio.current_time() < deadline:
             if self.failure is not None:
                 raise self.failure
             if self.role == "engine":
-                return await self._threads.run(self.dispatch, self.engine, op, arguments)
+                return await self._threads.run(self.dispatch, self.engine, op, arguments, key)
             connection = self._connection
             if connection is None or connection.closed.is_set():
                 # The engine went away: wait for the takeover (or reconnection), then send.
                 await self._recover(connection)
                 continue
+            if key is None and op in _KEYED_OPS:
+                key = uuid.uuid4().hex  # one per call: every attempt carries the same
             try:
-                return await connection.request(op, arguments)
+                return await connection.request(op, arguments, key)
             except _LINK_ERRORS:
                 await self._recover(connection)
-                if op in _READ_ONLY_OPS:
-                    continue  # nothing was changed: ask the new engine
+                if op in _RETRIED_OPS:
+                    continue  # applied at most once: ask the engine that took over
                 raise FerrexError(
                     errors.UNAVAILABLE,
                     "the ferrex engine process restarted during this call; it may or may not "
-                    "have been applied. Check with recall, then retry.",
+                    "have been applied. Check, then retry.",
                 ) from None
         raise FerrexError(errors.UNAVAILABLE, "the ferrex engine is restarting; retry shortly")
 
