@@ -36,7 +36,7 @@ from ferrex.config import Settings
 from ferrex.core import errors
 from ferrex.core.errors import FerrexError
 from ferrex.embed.models import EMBEDDING_TIERS
-from ferrex.runtime.link import EngineConnection, EngineServer
+from ferrex.runtime.link import DRAIN_SECONDS, LEAVING, EngineConnection, EngineServer
 from ferrex.runtime.ownership import OwnerLock, attached, socket_path
 
 log = structlog.get_logger("ferrex.engine")
@@ -142,6 +142,8 @@ class SharedBackend:
         self._switch = anyio.Lock()
         self._warm: threading.Thread | None = None
         self._closing = False
+        self._in_flight = 0  # peers' calls being served (a leaving engine finishes them)
+        self._leaving = False  # draining: new calls from peers are refused with LEAVING
 
     async def start(self, task_group: anyio.abc.TaskGroup) -> None:
         self._task_group = task_group
@@ -162,15 +164,17 @@ class SharedBackend:
             except OSError:
                 await anyio.sleep(0.05)
                 continue
-            self._task_group.start_soon(self._watch, connection)
             try:
                 reply = await connection.request("hello", self.hello)
             except _LINK_ERRORS:
+                # The engine went away meanwhile, or is leaving: take over, or reach the next.
+                await connection.aclose()
                 await anyio.sleep(0.05)
-                continue  # the engine went away meanwhile: take over, or reach the next one
+                continue
             except FerrexError:
                 await connection.aclose()  # refused (e.g. another model): as if alone
                 raise
+            self._task_group.start_soon(self._watch, connection)
             owner = self.lock.owner_pid()
             if self.on_join is not None:
                 self.on_join(reply if isinstance(reply, dict) else {}, owner)
@@ -201,8 +205,10 @@ class SharedBackend:
             # Not the engine after all: let another process (configured right) own the store.
             self.lock.release()
             raise
+        if self.role != "starting":  # the first engine's start-up line says so already
+            log.info("took the store over: this process is the ferrex engine now")
         self.role = "engine"
-        self._server = EngineServer(self.sock, self._serve_peer)
+        self._server = EngineServer(self.sock, self._serve_peer, self._drain)
         assert self._task_group is not None
         await self._task_group.start(self._server.serve)
         warm = getattr(self.engine, "warm_up", None) if self.warm_up else None
@@ -218,10 +224,33 @@ class SharedBackend:
         )
 
     async def _serve_peer(self, op: str, arguments: dict[str, Any], key: str | None) -> Any:
-        result = await self._threads.run(self.dispatch, self.engine, op, arguments, key)
+        if self._leaving:
+            raise FerrexError(LEAVING, "this ferrex engine is handing the store over")
+        self._in_flight += 1
+        try:
+            result = await self._threads.run(self.dispatch, self.engine, op, arguments, key)
+        finally:
+            self._in_flight -= 1
         if key is not None and _PAUSE_VARIABLE in os.environ:
             await self._threads.run(_pause_before_answer)
         return result
+
+    async def _drain(self) -> None:
+        """Leaving: refuse new calls from peers (they send them again to the process taking
+        over), finish those in flight (``DRAIN_SECONDS`` at most); then the store is closed and
+        handed over."""
+        if self._leaving:
+            return
+        self._leaving = True
+        in_flight = self._in_flight
+        with anyio.move_on_after(DRAIN_SECONDS):
+            while self._in_flight:
+                await anyio.sleep(0.01)
+        log.info(
+            "leaving: the peers' calls in flight are answered",
+            drained=in_flight,
+            unfinished=self._in_flight,
+        )
 
     async def call(self, op: str, arguments: dict[str, Any]) -> Any:
         """Run one operation here (engine) or on the engine process (peer). When the engine
@@ -243,10 +272,18 @@ class SharedBackend:
                 key = uuid.uuid4().hex  # one per call: every attempt carries the same
             try:
                 return await connection.request(op, arguments, key)
-            except _LINK_ERRORS:
+            except _LINK_ERRORS as exc:
+                if op in _RETRIED_OPS:
+                    # Applied at most once: ask the engine that takes over (or this process).
+                    log.info(
+                        "the engine went away mid-call: sending it again once the store is "
+                        "handed over",
+                        op=op,
+                        link_error=str(exc)[:120],
+                    )
                 await self._recover(connection)
                 if op in _RETRIED_OPS:
-                    continue  # applied at most once: ask the engine that took over
+                    continue
                 raise FerrexError(
                     errors.UNAVAILABLE,
                     "the ferrex engine process restarted during this call; it may or may not "
@@ -303,7 +340,7 @@ class SharedBackend:
             if self._warm.is_alive():
                 log.warning("closing while the start-up work is still running (over 60 s)")
         if self._server is not None:
-            await self._server.aclose()
+            await self._server.aclose()  # drains first (``_drain``)
         if self._connection is not None:
             await self._connection.aclose()
         if self.engine is not None:
