@@ -41,12 +41,13 @@ from ferrex.runtime.ownership import OwnerLock, attached, socket_path
 
 log = structlog.get_logger("ferrex.engine")
 
-_READ_ONLY_OPS = frozenset({"recall", "stats", "ping", "memory", "namespaces"})
+_READ_ONLY_OPS = frozenset({"recall", "stats", "ping", "memory", "namespaces", "export"})
 # Writes sent with an idempotency key (recorded with the write: exactly once on a retry).
 _KEYED_OPS = frozenset({"store", "forget"})
 # What a peer sends again when its engine went away mid-call: reads, keyed writes, and reflect
 # (its actions - confirm, pin, unpin - give the same result applied twice). Operator commands
-# (doctor, import, rebuild, export) are not: their caller is told to check and retry.
+# that change the store (doctor --repair, import, rebuild) are not: their caller is told to
+# check and retry.
 _RETRIED_OPS = _READ_ONLY_OPS | _KEYED_OPS | {"reflect"}
 _WATCH_SECONDS = 0.2  # how often a peer checks that the engine process still holds the lock
 # How long reaching (or becoming) the engine may take: a leaving engine finishes the calls in
@@ -273,7 +274,8 @@ class SharedBackend:
             try:
                 return await connection.request(op, arguments, key)
             except _LINK_ERRORS as exc:
-                if op in _RETRIED_OPS:
+                resend = op in _RETRIED_OPS or (op == "doctor" and not arguments.get("repair"))
+                if resend:
                     # Applied at most once: ask the engine that takes over (or this process).
                     log.info(
                         "the engine went away mid-call: sending it again once the store is "
@@ -282,7 +284,7 @@ class SharedBackend:
                         link_error=str(exc)[:120],
                     )
                 await self._recover(connection)
-                if op in _RETRIED_OPS:
+                if resend:
                     continue
                 raise FerrexError(
                     errors.UNAVAILABLE,
