@@ -73,7 +73,12 @@ class Round:
     killed_client: int | None = None  # the client whose own ferrex was SIGKILLed
 
 
+FERREX: list[str] = []  # --ferrex: another build's command (e.g. before a change)
+
+
 def ferrex_command() -> str:
+    if FERREX:
+        return FERREX[0]
     found = shutil.which("ferrex", path=os.path.dirname(sys.executable)) or shutil.which("ferrex")
     if not found:
         raise SystemExit("the ferrex console script is not installed (pip install -e '.[offline]')")
@@ -260,7 +265,11 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=random.randrange(1 << 30))
     parser.add_argument("--models-dir", default=None, help="reuse a laid-out model directory")
     parser.add_argument("--logs", default=None, help="keep each round's ferrex logs in DIR")
-    return int(anyio.run(main_async, parser.parse_args()))
+    parser.add_argument("--ferrex", default=None, help="the ferrex command to run (another build)")
+    args = parser.parse_args()
+    if args.ferrex:
+        FERREX.append(args.ferrex)
+    return int(anyio.run(main_async, args))
 
 
 if __name__ == "__main__":
