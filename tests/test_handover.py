@@ -28,6 +28,7 @@ import pytest
 from mcp import Client
 from tests.conftest import call, mcp_client
 from tests.test_crash_safety import sentence
+from tests.test_engine_sharing import logged_client
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -70,22 +71,29 @@ async def test_clients_stopping_at_staggered_times_fail_no_call(
     tmp_path: Path, models_dir: Path
 ) -> None:
     """Four clients, each its own ferrex, store + recall in a loop; the first (the engine)
-    stops after 3 pairs, the next after 6 and 9, while the others keep working; the last one
-    works until the end. Every call is answered without an error; every acknowledged store is
-    in the store exactly once, with the id it was acknowledged with, and recallable."""
+    starts its 3 pairs once the others work and stops, the next stop after 6 and 9 pairs while
+    the others keep working; the last one works until the end. Every call is answered without
+    an error; every acknowledged store is in the store exactly once, with the id it was
+    acknowledged with, and recallable; the store was handed over (logged), no traceback."""
     data_dir = tmp_path / "data"
+    log = tmp_path / "ferrex.log"
     acknowledged: list[tuple[str, str]] = []
     failures: list[str] = []
+    engine_up = anyio.Event()
+    working = [anyio.Event() for _ in range(4)]
 
-    async def agent(number: int, pairs: int, started: anyio.Event | None) -> None:
+    async def agent(number: int, pairs: int) -> None:
         rng = random.Random(number)
-        async with mcp_client(data_dir, models_dir, FERREX_LOG="error") as client:
+        async with logged_client(data_dir, models_dir, log, FERREX_LOG="info") as client:
             await call(client, "stats", {})
-            if started is not None:
-                started.set()  # the engine is up: the others join it as peers
+            if number == 0:
+                engine_up.set()  # the engine is up: the others join it as peers
+                for other in working[1:]:
+                    await other.wait()
             for n in range(pairs):
                 text = sentence(rng, f"client {number} note {n}")
                 answer = await call(client, "store", {"content": text})
+                working[number].set()
                 if "error" in answer:
                     failures.append(f"client {number} store {n}: {answer}")
                     continue
@@ -96,13 +104,14 @@ async def test_clients_stopping_at_staggered_times_fail_no_call(
         # leaving the block: stdin closes, the process exits (the owner hands the store over)
 
     with anyio.fail_after(300):
-        engine_up = anyio.Event()
         async with anyio.create_task_group() as tasks:
-            tasks.start_soon(agent, 0, 3, engine_up)
+            tasks.start_soon(agent, 0, 3)
             await engine_up.wait()
             for number, pairs in ((1, 6), (2, 9), (3, 14)):
-                tasks.start_soon(agent, number, pairs, None)
+                tasks.start_soon(agent, number, pairs)
     assert failures == []
+    text = log.read_text(encoding="utf-8")
+    assert "took the store over" in text and "Traceback" not in text
     assert len(acknowledged) == 3 + 6 + 9 + 14
     for memory_id, text in acknowledged:
         assert copies(data_dir, text) == [memory_id], text  # 0 lost, 0 doubles
