@@ -24,6 +24,7 @@ from ferrex.core.maintenance import export_lines, import_records
 from ferrex.core.service import MemoryService
 from ferrex.server.calls import run_tool as invoke
 from ferrex.server.calls import store_many
+from ferrex.store.schema import SCHEMA_VERSION
 from ferrex.store.sqlite import SqliteStore
 
 ServiceFactory = Callable[..., MemoryService]
@@ -198,12 +199,13 @@ def test_a_store_from_before_the_counters_gets_them_on_open(
     raw.execute("DROP TABLE memory_counts")
     raw.execute("DROP TABLE review_buckets")
     raw.execute("DROP INDEX idx_memories_current_single_facts")
+    raw.execute("DROP TABLE call_keys")  # schema 3 (later than the counters)
     raw.execute("PRAGMA user_version=1")
     raw.commit()
     raw.close()
     reopened = SqliteStore(path)
     try:
-        assert reopened.schema_version == 2
+        assert reopened.schema_version == SCHEMA_VERSION == 3
         counts = reopened.memory_counts("default")
         assert sum(c.n for c in counts) == expected["total"]
         buckets = reopened.review_buckets("default")

@@ -687,10 +687,10 @@ def _backend(settings: Settings, explicit_tier: bool, *, warm_up: bool = True) -
 
         return build_service(settings, Options(explicit_model_tier=explicit_tier))
 
-    def dispatch(engine: Any, op: str, arguments: dict[str, Any]) -> Any:
+    def dispatch(engine: Any, op: str, arguments: dict[str, Any], key: str | None) -> Any:
         from ferrex.runtime.operations import dispatch
 
-        return dispatch(engine, op, arguments)
+        return dispatch(engine, op, arguments, key)
 
     def on_join(reply: dict[str, Any], pid: int | None) -> None:
         from ferrex.runtime.operations import warn_overridden

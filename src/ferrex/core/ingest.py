@@ -13,6 +13,7 @@ import structlog
 
 from ferrex.core import conflict as conflicts
 from ferrex.core import errors
+from ferrex.core.call_keys import record, recorded
 from ferrex.core.chunking import Chunk, plan_chunks, step_prefix
 from ferrex.core.clock import to_iso
 from ferrex.core.dedup import Duplicate, find_duplicate
@@ -99,9 +100,13 @@ class Store:
         secrets = self.settings.secrets
         self.scanner = SecretScanner(secrets.patterns, secrets.allow)
 
-    def run(self, request: StoreRequest) -> StoreOutcome:
+    def run(self, request: StoreRequest, key: str | None = None) -> StoreOutcome:
+        """One store; ``key``: a forwarded call's idempotency key (``core/call_keys.py``)."""
+        first = recorded(self.meta, key, StoreOutcome)
+        if first is not None:
+            return first  # applied before its engine died: the first answer, nothing again
         prepared = self._prepare(request)
-        result = self._commit([prepared], bulk=False)[0]
+        result = self._commit([prepared], bulk=False, key=key)[0]
         assert isinstance(result, StoreOutcome)  # bulk=False raises instead
         return result
 
@@ -315,7 +320,12 @@ class Store:
     # ------------------------------------------------------------------ commit
 
     def _commit(
-        self, prepared: Sequence[_Prepared], *, bulk: bool, evict: bool = True
+        self,
+        prepared: Sequence[_Prepared],
+        *,
+        bulk: bool,
+        evict: bool = True,
+        key: str | None = None,
     ) -> list[StoreOutcome | FerrexError]:
         results: list[StoreOutcome | FerrexError] = []
         to_index: list[PlannedMemory] = []
@@ -327,6 +337,9 @@ class Store:
             # Another connection's writes (an operator command) drop the caches, the
             # resolver's tables among them, before this one relies on them.
             self.deps.sync_external_writes()
+            first = recorded(self.meta, key, StoreOutcome)
+            if first is not None:  # the same call, applied meanwhile
+                return [first]
             now = self.now()
             if bulk:
                 self._search_nearest(prepared)
@@ -364,6 +377,8 @@ class Store:
                         journal.append(
                             self.meta.journal_add("payload", memory.id, memory.namespace, now)
                         )
+                    if key is not None and isinstance(results[0], StoreOutcome):
+                        record(self.meta, key, "store", results[0].namespace, results[0])
                     _checkpoint(PHASE_BEFORE_COMMIT)
             except BaseException:
                 # Rolled back: what the resolver learned in it is gone from the store too.

@@ -524,6 +524,17 @@ class Journal(Protocol):
     def journal_backlog(self) -> int: ...
 
 
+class CallKeys(Protocol):
+    """Exactly-once calls between processes: the answer recorded under a forwarded write's
+    idempotency key (``core/call_keys.py``)."""
+
+    def call_answer(self, key: str) -> str | None: ...
+
+    def record_call(
+        self, key: str, op: str, namespace: str, answer: str, at: datetime, forget_before: datetime
+    ) -> None: ...
+
+
 class AuditLog(Protocol):
     """The audit log of every state transition."""
 
@@ -554,6 +565,7 @@ class AuditLog(Protocol):
 
 class MetadataStore(
     BrowseQueries,
+    CallKeys,
     Transactions,
     StoreMeta,
     MemoryRows,

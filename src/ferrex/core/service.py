@@ -218,9 +218,10 @@ class MemoryService:
 
     # ------------------------------------------------------------------ the five tools
 
-    def store(self, request: StoreRequest) -> StoreOutcome:
+    def store(self, request: StoreRequest, key: str | None = None) -> StoreOutcome:
+        """``key``: a forwarded call's idempotency key (``core/call_keys.py``)."""
         self.ensure_ready()
-        return self.storing.run(request)
+        return self.storing.run(request, key)
 
     def store_many(
         self, items: Sequence[StoreRequest | FerrexError], batch: int = 256
@@ -232,9 +233,9 @@ class MemoryService:
         self.ensure_ready()
         return self.recalling.run(request)
 
-    def forget(self, request: ForgetRequest) -> ForgetResult:
+    def forget(self, request: ForgetRequest, key: str | None = None) -> ForgetResult:
         self.ensure_ready()
-        return self.forgetting.run(request)
+        return self.forgetting.run(request, key)
 
     def reflect(self, request: ReflectRequest) -> ReflectReport:
         self.ensure_ready()

@@ -42,10 +42,15 @@ ProgressFn = Callable[[int, int], None]
 PHASE_BEFORE_COMMIT = "before_sqlite_commit"
 PHASE_AFTER_COMMIT = "after_sqlite_commit"
 PHASE_AFTER_INDEX = "after_index_write"
+# The engine has applied a write a peer forwarded and not yet answered it (runtime/shared.py).
+PHASE_BEFORE_ANSWER = "before_answer"
 
 
 def checkpoint(phase: str) -> None:
-    """Test hook: with FERREX_TEST_PAUSE_AT=<phase>, announce the phase and wait to be killed."""
+    """Test hook: with FERREX_TEST_PAUSE_AT=<phase>, announce the phase and wait to be killed.
+
+    Tests only (docs/modes.md): production never sets the variable, and then this returns at
+    once. ``FERREX_TEST_PAUSE_FILE`` names the file the phase is written to when reached."""
     target = os.environ.get("FERREX_TEST_PAUSE_AT")
     if target != phase:
         return

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import structlog
 
@@ -36,11 +36,19 @@ class Upkeep:
         self._last_retention_sweep = 0.0
 
     def delete(
-        self, memory_ids: Sequence[str], namespace: str, *, cascade: bool, action: str, reason: str
+        self,
+        memory_ids: Sequence[str],
+        namespace: str,
+        *,
+        cascade: bool,
+        action: str,
+        reason: str,
+        also: Callable[[list[str]], None] | None = None,
     ) -> list[str]:
         """Delete memories from SQLite and the index through the journal.
 
-        Returns the names of the entities removed by ``cascade``.
+        Returns the names of the entities removed by ``cascade``. ``also`` runs inside the
+        SQLite transaction, given those names (a forwarded forget records its key there).
         """
         if not memory_ids:
             return []
@@ -75,6 +83,8 @@ class Upkeep:
                 names = meta.entities_by_ids(orphans)
                 removed_names = sorted(row.display_name for row in names.values())
                 meta.delete_entities(orphans)
+            if also is not None:
+                also(removed_names)
             _checkpoint(PHASE_BEFORE_COMMIT)
         # Committed: the orphan entities are gone, whatever the index steps below do.
         deps.entities.invalidate(namespace)

@@ -54,8 +54,22 @@ log = structlog.get_logger("ferrex.engine")
 ENGINE_URL = "http://ferrex-engine/mcp"  # the host is a label: the socket is the address
 MAX_BODY = 64 * 1024 * 1024  # an import batch of many memories
 _LONG_CALL_SECONDS = 3600.0  # an import batch or a doctor --repair may take long
+DRAIN_SECONDS = 10  # a leaving engine waits this long for the peers' calls in flight
 
-Handler = Callable[[str, dict[str, Any]], Awaitable[Any]]
+# A write a peer forwards carries its idempotency key in the call's ``_meta`` (never in the
+# arguments: no tool takes it, and agents never see it; see ``ferrex.core.call_keys``).
+KEY_META = "ferrex/idempotency-key"
+# The code a leaving engine refuses a call with (never run; never reaches an agent: the peer
+# sends the call again to the process that takes the store over).
+LEAVING = "engine_leaving"
+_MAX_KEY_CHARS = 80
+
+Handler = Callable[[str, dict[str, Any], str | None], Awaitable[Any]]
+
+
+def _key_of(params: types.CallToolRequestParams) -> str | None:
+    key = (params.meta or {}).get(KEY_META)
+    return key if isinstance(key, str) and 0 < len(key) <= _MAX_KEY_CHARS else None
 
 
 def _engine_mcp(handler: Handler) -> Server[Any]:
@@ -72,7 +86,8 @@ def _engine_mcp(handler: Handler) -> Server[Any]:
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         arguments = dict(params.arguments or {})
         try:
-            payload: dict[str, Any] = {"result": await handler(params.name, arguments)}
+            result = await handler(params.name, arguments, _key_of(params))
+            payload: dict[str, Any] = {"result": result}
             failed = False
         except FerrexError as exc:
             payload, failed = {"error": exc.to_dict()}, True
@@ -111,11 +126,18 @@ def _private_unix_socket(path: Path) -> socket.socket:
 
 
 class EngineServer:
-    """Serves the engine's MCP server to peer processes on the Unix socket."""
+    """Serves the engine's MCP server to peer processes on the Unix socket.
 
-    def __init__(self, path: Path, handler: Handler) -> None:
+    Stopping (cancelled, or ``aclose``) first awaits ``drain``: the engine answers the calls in
+    flight and refuses new ones with ``LEAVING`` (the peer sends them again to the process
+    that takes over); then the listener stops."""
+
+    def __init__(
+        self, path: Path, handler: Handler, drain: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
         self.path = path
         self.handler = handler
+        self.drain = drain
         self._uvicorn: Any = None
         self._done = anyio.Event()
 
@@ -146,7 +168,8 @@ class EngineServer:
             log_config=None,
             access_log=False,
             lifespan="on",
-            timeout_graceful_shutdown=2,
+            # A leaving engine finishes the calls in flight before it hands the store over.
+            timeout_graceful_shutdown=DRAIN_SECONDS,
         )
         server = self._uvicorn = QuietServer(config)
 
@@ -166,15 +189,20 @@ class EngineServer:
             try:
                 await self._done.wait()
             finally:
-                server.should_exit = True
-                with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                    await self._done.wait()
+                with anyio.CancelScope(shield=True):
+                    await self._stop()
 
-    async def aclose(self) -> None:
+    async def _stop(self) -> None:
+        if self.drain is not None:
+            await self.drain()
         if self._uvicorn is not None:
             self._uvicorn.should_exit = True
-            with anyio.move_on_after(5):
+            with anyio.move_on_after(DRAIN_SECONDS + 2):
                 await self._done.wait()
+
+    async def aclose(self) -> None:
+        """Finish the calls in flight, stop taking calls (``DRAIN_SECONDS`` at most each)."""
+        await self._stop()
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
 
@@ -218,21 +246,28 @@ class EngineConnection:
             raise ConnectionError("could not open a session with the engine")
         return connection
 
-    async def request(self, op: str, arguments: dict[str, Any]) -> Any:
+    async def request(self, op: str, arguments: dict[str, Any], key: str | None = None) -> Any:
+        """Send one operation; ``key``: a write's idempotency key (sent in ``_meta``)."""
         client = self.client
         if client is None or self.closed.is_set():
             raise ConnectionError("engine connection closed")
+        meta: Any = {KEY_META: key} if key is not None else None
         try:
-            result = await client.call_tool(op, arguments)
+            result = await client.call_tool(op, arguments, meta=meta)
         except Exception as exc:
-            raise ConnectionError(f"engine link failed: {type(exc).__name__}") from None
+            raise ConnectionError(
+                f"engine link failed: {type(exc).__name__}: {str(exc)[:200]}"
+            ) from None
         payload = result.structured_content
         if payload is None and result.content:
             payload = json.loads(getattr(result.content[0], "text", "null") or "null")
         if not isinstance(payload, dict):
             raise ConnectionError("the engine sent an unreadable answer")
         if result.is_error:
-            raise FerrexError(**_error_fields(payload.get("error") or {}))
+            error = payload.get("error") or {}
+            if error.get("code") == LEAVING:  # not applied: send it to the next engine
+                raise ConnectionError("the engine is handing the store over")
+            raise FerrexError(**_error_fields(error))
         return payload.get("result")
 
     async def aclose(self) -> None:

@@ -138,11 +138,13 @@ def disk_full(exc: BaseException) -> bool:
     return False
 
 
-def dispatch(service: MemoryService, op: str, arguments: dict[str, Any]) -> Any:
+def dispatch(
+    service: MemoryService, op: str, arguments: dict[str, Any], key: str | None = None
+) -> Any:
     """Run an operation; a write the disk cannot hold answers ``storage_full`` (the data dir's
-    path goes to stderr, never to the agent)."""
+    path goes to stderr, never to the agent). ``key``: a forwarded write's idempotency key."""
     try:
-        return _dispatch(service, op, arguments)
+        return _dispatch(service, op, arguments, key)
     except FerrexError:
         raise
     except Exception as exc:
@@ -161,9 +163,11 @@ def dispatch(service: MemoryService, op: str, arguments: dict[str, Any]) -> Any:
         ) from exc
 
 
-def _dispatch(service: MemoryService, op: str, arguments: dict[str, Any]) -> Any:
+def _dispatch(
+    service: MemoryService, op: str, arguments: dict[str, Any], key: str | None = None
+) -> Any:
     if op in TOOL_OPS:
-        return run_tool(service, op, arguments)
+        return run_tool(service, op, arguments, key)
     if op == "ping":
         return {"ok": True}
     if op == "hello":

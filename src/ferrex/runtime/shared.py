@@ -11,6 +11,11 @@ A peer joins with a ``hello``: the engine refuses one configured for another emb
 (exactly as the store refuses a process that opens it) and tells it its settings, so the peer
 can say which of its own settings the shared engine overrides. A takeover that fails leaves the
 process up, answering every call with the error.
+
+No call fails because another process left (docs/modes.md): a leaving engine finishes the calls
+in flight before it lets go of the store, and a call whose engine died (SIGKILL) is sent again
+to the process that took over; a write is sent with an idempotency key recorded in its own
+transaction (``ferrex.core.call_keys``), so it is applied exactly once.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -30,13 +36,23 @@ from ferrex.config import Settings
 from ferrex.core import errors
 from ferrex.core.errors import FerrexError
 from ferrex.embed.models import EMBEDDING_TIERS
-from ferrex.runtime.link import EngineConnection, EngineServer
+from ferrex.runtime.link import DRAIN_SECONDS, LEAVING, EngineConnection, EngineServer
 from ferrex.runtime.ownership import OwnerLock, attached, socket_path
 
 log = structlog.get_logger("ferrex.engine")
 
-_READ_ONLY_OPS = frozenset({"recall", "stats", "ping", "memory", "namespaces"})
+_READ_ONLY_OPS = frozenset({"recall", "stats", "ping", "memory", "namespaces", "export"})
+# Writes sent with an idempotency key (recorded with the write: exactly once on a retry).
+_KEYED_OPS = frozenset({"store", "forget"})
+# What a peer sends again when its engine went away mid-call: reads, keyed writes, and reflect
+# (its actions - confirm, pin, unpin - give the same result applied twice). Operator commands
+# that change the store (doctor --repair, import, rebuild) are not: their caller is told to
+# check and retry.
+_RETRIED_OPS = _READ_ONLY_OPS | _KEYED_OPS | {"reflect"}
 _WATCH_SECONDS = 0.2  # how often a peer checks that the engine process still holds the lock
+# How long reaching (or becoming) the engine may take: a leaving engine finishes the calls in
+# flight first, and the process taking over opens the store and loads the model.
+_HANDOVER_SECONDS = 90.0
 
 
 class Backend(Protocol):
@@ -68,6 +84,17 @@ class _Threaded:
         return await anyio.to_thread.run_sync(fn, *args, limiter=self.limiter)
 
 
+_PAUSE_VARIABLE = "FERREX_TEST_PAUSE_AT"
+
+
+def _pause_before_answer() -> None:
+    """The test-only fault hook (``FERREX_TEST_PAUSE_AT=before_answer``): a forwarded write
+    is applied and its answer not yet sent. Production never sets the variable."""
+    from ferrex.core.sync import PHASE_BEFORE_ANSWER, checkpoint
+
+    checkpoint(PHASE_BEFORE_ANSWER)
+
+
 EngineFactory = Callable[[], Any]
 JoinCheck = Callable[[dict[str, Any], int | None], None]
 _LINK_ERRORS = (
@@ -85,7 +112,7 @@ class SharedBackend:
         self,
         data_dir: Path,
         make_engine: EngineFactory,
-        dispatch: Callable[[Any, str, dict[str, Any]], Any],
+        dispatch: Callable[[Any, str, dict[str, Any], str | None], Any],
         hello: dict[str, Any] | None = None,
         on_join: JoinCheck | None = None,
         *,
@@ -116,6 +143,8 @@ class SharedBackend:
         self._switch = anyio.Lock()
         self._warm: threading.Thread | None = None
         self._closing = False
+        self._in_flight = 0  # peers' calls being served (a leaving engine finishes them)
+        self._leaving = False  # draining: new calls from peers are refused with LEAVING
 
     async def start(self, task_group: anyio.abc.TaskGroup) -> None:
         self._task_group = task_group
@@ -125,7 +154,8 @@ class SharedBackend:
         await self._become_something()
 
     async def _become_something(self) -> None:
-        for _ in range(200):
+        deadline = anyio.current_time() + _HANDOVER_SECONDS
+        while anyio.current_time() < deadline:
             if self.lock.try_acquire():
                 await self._become_engine()
                 return
@@ -135,14 +165,17 @@ class SharedBackend:
             except OSError:
                 await anyio.sleep(0.05)
                 continue
-            self._task_group.start_soon(self._watch, connection)
             try:
                 reply = await connection.request("hello", self.hello)
             except _LINK_ERRORS:
-                continue  # the engine went away meanwhile: take over, or reach the next one
+                # The engine went away meanwhile, or is leaving: take over, or reach the next.
+                await connection.aclose()
+                await anyio.sleep(0.05)
+                continue
             except FerrexError:
                 await connection.aclose()  # refused (e.g. another model): as if alone
                 raise
+            self._task_group.start_soon(self._watch, connection)
             owner = self.lock.owner_pid()
             if self.on_join is not None:
                 self.on_join(reply if isinstance(reply, dict) else {}, owner)
@@ -173,8 +206,10 @@ class SharedBackend:
             # Not the engine after all: let another process (configured right) own the store.
             self.lock.release()
             raise
+        if self.role != "starting":  # the first engine's start-up line says so already
+            log.info("took the store over: this process is the ferrex engine now")
         self.role = "engine"
-        self._server = EngineServer(self.sock, self._serve_peer)
+        self._server = EngineServer(self.sock, self._serve_peer, self._drain)
         assert self._task_group is not None
         await self._task_group.start(self._server.serve)
         warm = getattr(self.engine, "warm_up", None) if self.warm_up else None
@@ -189,30 +224,72 @@ class SharedBackend:
             why=getattr(index, "reason", None) or None,
         )
 
-    async def _serve_peer(self, op: str, arguments: dict[str, Any]) -> Any:
-        return await self._threads.run(self.dispatch, self.engine, op, arguments)
+    async def _serve_peer(self, op: str, arguments: dict[str, Any], key: str | None) -> Any:
+        if self._leaving:
+            raise FerrexError(LEAVING, "this ferrex engine is handing the store over")
+        self._in_flight += 1
+        try:
+            result = await self._threads.run(self.dispatch, self.engine, op, arguments, key)
+        finally:
+            self._in_flight -= 1
+        if key is not None and _PAUSE_VARIABLE in os.environ:
+            await self._threads.run(_pause_before_answer)
+        return result
+
+    async def _drain(self) -> None:
+        """Leaving: refuse new calls from peers (they send them again to the process taking
+        over), finish those in flight (``DRAIN_SECONDS`` at most); then the store is closed and
+        handed over."""
+        if self._leaving:
+            return
+        self._leaving = True
+        in_flight = self._in_flight
+        with anyio.move_on_after(DRAIN_SECONDS):
+            while self._in_flight:
+                await anyio.sleep(0.01)
+        log.info(
+            "leaving: the peers' calls in flight are answered",
+            drained=in_flight,
+            unfinished=self._in_flight,
+        )
 
     async def call(self, op: str, arguments: dict[str, Any]) -> Any:
-        for _ in range(3):
+        """Run one operation here (engine) or on the engine process (peer). When the engine
+        process goes away mid-call, the call waits for the takeover and is sent again: reads
+        as they are, writes with the idempotency key they were first sent with."""
+        key: str | None = None
+        deadline = anyio.current_time() + _HANDOVER_SECONDS
+        while anyio.current_time() < deadline:
             if self.failure is not None:
                 raise self.failure
             if self.role == "engine":
-                return await self._threads.run(self.dispatch, self.engine, op, arguments)
+                return await self._threads.run(self.dispatch, self.engine, op, arguments, key)
             connection = self._connection
             if connection is None or connection.closed.is_set():
                 # The engine went away: wait for the takeover (or reconnection), then send.
                 await self._recover(connection)
                 continue
+            if key is None and op in _KEYED_OPS:
+                key = uuid.uuid4().hex  # one per call: every attempt carries the same
             try:
-                return await connection.request(op, arguments)
-            except _LINK_ERRORS:
+                return await connection.request(op, arguments, key)
+            except _LINK_ERRORS as exc:
+                resend = op in _RETRIED_OPS or (op == "doctor" and not arguments.get("repair"))
+                if resend:
+                    # Applied at most once: ask the engine that takes over (or this process).
+                    log.info(
+                        "the engine went away mid-call: sending it again once the store is "
+                        "handed over",
+                        op=op,
+                        link_error=str(exc)[:120],
+                    )
                 await self._recover(connection)
-                if op in _READ_ONLY_OPS:
-                    continue  # nothing was changed: ask the new engine
+                if resend:
+                    continue
                 raise FerrexError(
                     errors.UNAVAILABLE,
                     "the ferrex engine process restarted during this call; it may or may not "
-                    "have been applied. Check with recall, then retry.",
+                    "have been applied. Check, then retry.",
                 ) from None
         raise FerrexError(errors.UNAVAILABLE, "the ferrex engine is restarting; retry shortly")
 
@@ -265,7 +342,7 @@ class SharedBackend:
             if self._warm.is_alive():
                 log.warning("closing while the start-up work is still running (over 60 s)")
         if self._server is not None:
-            await self._server.aclose()
+            await self._server.aclose()  # drains first (``_drain``)
         if self._connection is not None:
             await self._connection.aclose()
         if self.engine is not None:

@@ -19,6 +19,9 @@ from ferrex.core.service import MemoryService
 from ferrex.server.presenter import present, present_store_many
 
 TOOL_OPS = ("store", "recall", "forget", "reflect", "stats")
+# The writes recorded under a forwarded call's key (exactly-once on retry); reflect's actions
+# (confirm, pin, unpin) give the same result when applied twice.
+KEYED_OPS = ("store", "forget")
 REQUESTS: dict[str, Any] = {
     "store": StoreRequest,
     "recall": RecallRequest,
@@ -40,10 +43,16 @@ def parse_tool(service: MemoryService, tool: str, arguments: Any) -> Any:
     )
 
 
-def run_tool(service: MemoryService, tool: str, arguments: Any) -> dict[str, Any]:
-    """One tool call: parse the arguments, run the use case, present its result."""
+def run_tool(
+    service: MemoryService, tool: str, arguments: Any, key: str | None = None
+) -> dict[str, Any]:
+    """One tool call: parse the arguments, run the use case, present its result. ``key``: the
+    idempotency key of a write forwarded by another ferrex process (store, forget)."""
     request = parse_tool(service, tool, arguments)
-    return present(tool, getattr(service, tool)(request))
+    use_case = getattr(service, tool)
+    if key is not None and tool in KEYED_OPS:
+        return present(tool, use_case(request, key))
+    return present(tool, use_case(request))
 
 
 def store_many(service: MemoryService, items: list[Any], batch: int = 256) -> list[dict[str, Any]]:

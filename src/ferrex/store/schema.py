@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 MIGRATIONS: dict[int, str] = {
     1: """
@@ -232,5 +232,18 @@ MIGRATIONS: dict[int, str] = {
         ON memories (namespace, subject_entity_id, predicate_canonical, lower(trim(object)))
         WHERE type = 'semantic' AND t_invalid IS NULL AND multi_valued = 0
         AND subject_entity_id IS NOT NULL;
+    """,
+    3: """
+    -- Exactly-once calls between ferrex processes: a write a peer forwards over the engine
+    -- socket carries a key, recorded here with the answer in the write's own transaction; a
+    -- retry of that call (its engine died before answering) gets this answer back.
+    CREATE TABLE call_keys (
+        key        TEXT PRIMARY KEY,
+        op         TEXT NOT NULL,
+        namespace  TEXT NOT NULL,
+        answer     TEXT NOT NULL,
+        created_at TEXT NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX idx_call_keys_created ON call_keys (created_at);
     """,
 }

@@ -27,6 +27,7 @@ from ferrex.core.ports import (
     ReviewBucket,
     StoredNeighbour,
 )
+from ferrex.store.call_keys import CallKeyRows
 from ferrex.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 _MEMORY_COLUMNS = (
@@ -69,7 +70,7 @@ def _chunks(items: Sequence[Any], size: int = _SQL_CHUNK) -> Iterator[Sequence[A
         yield items[start : start + size]
 
 
-class SqliteStore:
+class SqliteStore(CallKeyRows):
     """SQLite adapter for memories, entities, the dual-write journal and the audit log."""
 
     def __init__(self, path: Path, *, synchronous: str = "FULL") -> None:
