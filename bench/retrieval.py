@@ -210,7 +210,12 @@ def build(args: argparse.Namespace, data_dir: Path) -> Any:
     settings, warnings = load_settings(cli=cli, environ={})
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    service = build_service(settings, Options(explicit_model_tier=True))
+    options = Options(explicit_model_tier=True)
+    if args.engine == "qdrant-local":  # the qdrant-client adapter on its local mode (no server)
+        from qdrant_client import QdrantClient
+
+        options = Options(explicit_model_tier=True, qdrant_client=QdrantClient(":memory:"))
+    service = build_service(settings, options)
     service.clock = lambda: NOW
     if args.bm25_avg_len is not None:
         from ferrex.embed.bm25 import Bm25Encoder
@@ -1516,6 +1521,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--model-tier", default="small")
     parser.add_argument(
+        "--engine",
+        choices=["embedded", "qdrant-local"],
+        default="embedded",
+        help="the embedded engine, or the qdrant-client adapter in its local mode",
+    )
+    parser.add_argument(
         "--models-dir",
         type=Path,
         default=None,
@@ -1655,7 +1666,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         import assistant
 
         started = time.perf_counter()
-        outcome = assistant.run(Path(args.assistant).resolve(), args.set, None)
+        outcome = assistant.run(Path(args.assistant).resolve(), args.set, None, args.engine)
         for finding in outcome["findings"]:
             print(f"assistant-dev store: {finding}")
         for name in ("all", "tune", "check"):
