@@ -212,6 +212,13 @@ def test_a_server_without_multivectors_is_said_once_and_recall_falls_back(
     assert late["in_index"] is False and "needs Qdrant >= 1.10" in late["hint"]
     if server.startswith("version"):
         assert "Qdrant 1.9.2 has no multivectors" in late["hint"]
+        # The next start on the same collection says it again (once), not "rebuild-index".
+        restarted = QdrantIndex(client, mode="external")
+        with structlog.testing.capture_logs() as logs:
+            restarted.ensure_collection(384, late_interaction=True)
+            restarted.ensure_collection(384, late_interaction=True)
+        assert [e["event"] for e in logs] == ["qdrant server limitation"]
+        assert "multivectors" in restarted.stats().details["limitations"][0]
 
 
 def test_stats_name_the_servers_token_datatype(make_service: ServiceFactory) -> None:

@@ -143,6 +143,12 @@ class QdrantIndex:
     def ensure_collection(self, dimension: int, *, late_interaction: bool = False) -> None:
         with self._lock:
             if self._exists():
+                if (
+                    late_interaction
+                    and not self.late_interaction
+                    and not self.features.multivectors
+                ):
+                    self._lacks(no_multivectors(self.features.version))  # said at every start
                 return
             late = late_interaction and self.features.multivectors
             if late_interaction and not late:
