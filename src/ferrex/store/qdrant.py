@@ -405,11 +405,13 @@ class QdrantIndex:
     def dense_similarities(
         self, others: Mapping[str, Sequence[str]], model: str
     ) -> dict[tuple[str, str], float]:
+        # As on the embedded engine: the memories' own vectors (one retrieve), then one filtered
+        # search per memory over its others (one batch): the server scores the others, whose
+        # vectors never cross the network.
         wanted = {m: list(found) for m, found in others.items() if found}
         if not wanted or not self._exists():
             return {}
-        ids = set(wanted) | {o for found in wanted.values() for o in found}
-        owner = {point_id(m): m for m in ids}
+        owner = {point_id(m): m for m in wanted}
         records = self.client.retrieve(
             self.collection,
             list(owner),
@@ -417,17 +419,39 @@ class QdrantIndex:
             with_vectors=[DENSE],
             consistency=self._read,
         )
-        vectors: dict[str, np.ndarray] = {}
+        vectors: dict[str, list[float]] = {}
         for record in records:
             found = record.vector
             dense = found.get(DENSE) if isinstance(found, dict) else None
             if dense is not None and (record.payload or {}).get("model") == model:
-                vectors[owner[str(record.id)]] = np.asarray(dense, dtype=np.float32)
+                vectors[owner[str(record.id)]] = list(dense)  # type: ignore[arg-type]
+        targets = [(m, {point_id(o): o for o in wanted[m]}) for m in wanted if m in vectors]
+        if not targets:
+            return {}
+        requests = [
+            models.QueryRequest(
+                query=vectors[memory],
+                using=DENSE,
+                limit=len(points),
+                filter=models.Filter(
+                    must=[
+                        models.HasIdCondition(has_id=list(points)),
+                        models.FieldCondition(key="model", match=models.MatchValue(value=model)),
+                    ]
+                ),
+                with_payload=False,
+            )
+            for memory, points in targets
+        ]
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Local mode performs exact")
+            batch = self.client.query_batch_points(
+                self.collection, requests=requests, consistency=self._read
+            )
         return {
-            (memory, other): float(np.dot(vectors[memory], vectors[other]))
-            for memory, found in wanted.items()
-            for other in found
-            if memory in vectors and other in vectors
+            (memory, points[str(point.id)]): float(point.score)
+            for (memory, points), response in zip(targets, batch, strict=True)
+            for point in response.points
         }
 
     def points_by_memory(self) -> dict[str, list[str]]:
