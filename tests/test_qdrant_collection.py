@@ -187,6 +187,35 @@ class OldServer(QdrantClient):
         return bool(super().create_collection(collection_name, **kwargs))
 
 
+class NoScopedIdf(QdrantClient):
+    """Local mode playing a server that refuses BM25 IDF scoped to a filter (the namespace)."""
+
+    def __init__(self) -> None:
+        super().__init__(":memory:")
+
+    def query_batch_points(self, collection_name: str, **kwargs: Any) -> Any:
+        if any(r.params is not None and r.params.idf is not None for r in kwargs["requests"]):
+            raise ValueError('Unexpected Response: 400 (Bad Request) unknown field "idf"')
+        return super().query_batch_points(collection_name, **kwargs)
+
+
+def test_a_server_without_namespace_idf_is_said_once_and_recall_falls_back(
+    make_service: ServiceFactory,
+) -> None:
+    index = QdrantIndex(NoScopedIdf(), mode="external")
+    service = make_service(clock=lambda: NOW, index=index)
+    ids = [s["id"] for s in store_many(service, [{"content": n} for n in NOTES])]
+    with structlog.testing.capture_logs() as logs:
+        for question in QUESTIONS:
+            run_tool(service, "recall", {"query": question})
+        answer = run_tool(service, "recall", {"query": "INC-2231 Stripe webhook"})
+    assert answer["results"][0]["id"] == ids[1]
+    said = [entry["limitation"] for entry in logs if entry["event"] == "qdrant server limitation"]
+    assert len(said) == 1 and "namespace-scoped BM25 IDF" in said[0], logs
+    stats = run_tool(service, "stats", {"detailed": True})["index"]
+    assert stats["limitations"] == said and stats["late_interaction"]["in_index"] is True
+
+
 @pytest.mark.parametrize("server", ["version 1.9.2", "refuses multivectors"])
 def test_a_server_without_multivectors_is_said_once_and_recall_falls_back(
     make_service: ServiceFactory, server: str

@@ -311,15 +311,16 @@ class QdrantIndex:
         except Exception as exc:
             if not self._scoped_idf:
                 raise
-            self._no_scoped_idf(exc)
             plain = [
                 r.model_copy(update={"params": None}) if r.using == SPARSE else r for r in requests
             ]
-            return list(
+            found = list(
                 self.client.query_batch_points(
                     self.collection, requests=plain, consistency=self._read
                 )
             )
+            self._no_scoped_idf(exc)  # the same request without it answered: that was it
+            return found
 
     def _no_scoped_idf(self, exc: Exception) -> None:
         """Older servers do not know namespace-scoped IDF: collection IDF from now on (BM25
@@ -344,11 +345,11 @@ class QdrantIndex:
         except Exception as exc:
             if not self._scoped_idf:
                 raise
-            self._no_scoped_idf(exc)
             kwargs = _without_idf(kwargs)
             result = self.client.query_points(
                 self.collection, with_payload=_RETURNED_FIELDS, consistency=self._read, **kwargs
             )
+            self._no_scoped_idf(exc)  # the same query without it answered: that was it
         return list(result.points)
 
     def dense_search(
