@@ -977,8 +977,24 @@ def locomo_variants(
 # =========================================================================== BEIR
 
 
+def beir_subset(data: BeirSet, queries: int, documents: int) -> BeirSet:
+    """The first ``queries`` queries (by id) over a corpus of ``documents``: every document
+    they judge, then the first others by id (for slow engines: the qdrant-client local mode)."""
+    qids = sorted(data.queries)[:queries]
+    judged = {doc for qid in qids for doc in data.qrels[qid]}
+    others = [doc for doc in sorted(data.corpus) if doc not in judged]
+    keep = sorted(judged & set(data.corpus)) + others[: max(0, documents - len(judged))]
+    return BeirSet(
+        {doc: data.corpus[doc] for doc in keep},
+        {qid: data.queries[qid] for qid in qids},
+        {qid: data.qrels[qid] for qid in qids},
+    )
+
+
 def run_beir(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
     data = load_beir(directory, args.split)
+    if args.beir_subset:
+        data = beir_subset(data, *args.beir_subset)
     print(
         f"BEIR: {len(data.corpus)} documents, {len(data.queries)} queries with qrels "
         f"(split {args.split}) from {directory}",
@@ -1513,6 +1529,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--limit-conversations", type=int, default=None)
     parser.add_argument("--split", default="train", help="BEIR qrels split (default train)")
+    parser.add_argument(
+        "--beir-subset",
+        type=lambda v: tuple(int(x) for x in v.split(",")),
+        default=None,
+        metavar="QUERIES,DOCUMENTS",
+        help="BEIR: the first QUERIES queries over DOCUMENTS documents (theirs, then others)",
+    )
     parser.add_argument(
         "--modes",
         type=lambda v: v.split(","),
