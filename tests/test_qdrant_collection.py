@@ -30,7 +30,7 @@ from ferrex.core.maintenance import rebuild
 from ferrex.server.calls import run_tool, store_many
 from ferrex.store.edge import EdgeIndex
 from ferrex.store.qdrant import COLLECTION, QdrantIndex
-from ferrex.store.qdrant_collection import TOKENS, collection_request
+from ferrex.store.qdrant_collection import TOKENS, ServerFeatures, collection_request
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 NOTES = [
@@ -185,6 +185,14 @@ class OldServer(QdrantClient):
                 'Unexpected Response: 400 (Bad Request) unknown field "multivector_config"'
             )
         return bool(super().create_collection(collection_name, **kwargs))
+
+
+def test_multivectors_are_known_from_qdrant_1_10() -> None:
+    for version, has in (("1.9.7", False), ("1.10.0", True), ("v1.10", True), ("2.0.1", True)):
+        assert ServerFeatures(version).multivectors is has, version
+    assert ServerFeatures(None).multivectors  # a server that does not say: asked, said if refused
+    features = ServerFeatures("1.9.7")
+    assert features.lacks("x") and not features.lacks("x") and features.limitations == ["x"]
 
 
 class NoScopedIdf(QdrantClient):
