@@ -210,7 +210,12 @@ def build(args: argparse.Namespace, data_dir: Path) -> Any:
     settings, warnings = load_settings(cli=cli, environ={})
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    service = build_service(settings, Options(explicit_model_tier=True))
+    options = Options(explicit_model_tier=True)
+    if args.engine == "qdrant-local":  # the qdrant-client adapter on its local mode (no server)
+        from qdrant_client import QdrantClient
+
+        options = Options(explicit_model_tier=True, qdrant_client=QdrantClient(":memory:"))
+    service = build_service(settings, options)
     service.clock = lambda: NOW
     if args.bm25_avg_len is not None:
         from ferrex.embed.bm25 import Bm25Encoder
@@ -698,6 +703,10 @@ def locomo_mode(
         service.cache.queries.clear()  # every timed recall embeds its query, as a new one would
         top, ms = timed_recall(service, {**base, "limit": TOP_K})
         timings.recall_ms.append(ms)
+        if args.top_only:  # recall@5 / @10 only (the budget metric is not measured)
+            ids = [r["id"] for r in top["results"]]
+            out.append(QueryLists(ids, [], ids))
+            continue
         budget, ms = timed_recall(
             service, {**base, "limit": BUDGET_LIMIT, "max_tokens": BUDGET_TOKENS}
         )
@@ -773,7 +782,8 @@ def evaluate_locomo(
         for (_conv, question), ev, got in zip(questions, evidence, results, strict=True):
             scores.add(question.category, ev, got.top, set(got.budgeted))
             # The service's own budget cut equals the benchmark's re-implementation of it.
-            assert fit(got.long, tokens, BUDGET_TOKENS, BUDGET_LIMIT) == got.budgeted, mode
+            if not args.top_only:
+                assert fit(got.long, tokens, BUDGET_TOKENS, BUDGET_LIMIT) == got.budgeted, mode
         modes[mode] = scores.table()
     for index, ((conv, question), ev) in enumerate(zip(questions, evidence, strict=True)):
         entry: dict[str, Any] = {
@@ -972,8 +982,24 @@ def locomo_variants(
 # =========================================================================== BEIR
 
 
+def beir_subset(data: BeirSet, queries: int, documents: int) -> BeirSet:
+    """The first ``queries`` queries (by id) over a corpus of ``documents``: every document
+    they judge, then the first others by id (for slow engines: the qdrant-client local mode)."""
+    qids = sorted(data.queries)[:queries]
+    judged = {doc for qid in qids for doc in data.qrels[qid]}
+    others = [doc for doc in sorted(data.corpus) if doc not in judged]
+    keep = sorted(judged & set(data.corpus)) + others[: max(0, documents - len(judged))]
+    return BeirSet(
+        {doc: data.corpus[doc] for doc in keep},
+        {qid: data.queries[qid] for qid in qids},
+        {qid: data.qrels[qid] for qid in qids},
+    )
+
+
 def run_beir(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
     data = load_beir(directory, args.split)
+    if args.beir_subset:
+        data = beir_subset(data, *args.beir_subset)
     print(
         f"BEIR: {len(data.corpus)} documents, {len(data.queries)} queries with qrels "
         f"(split {args.split}) from {directory}",
@@ -1507,7 +1533,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="the mixed-type assistant-dev set (bench/assistant.py: P@1, MRR, as_of, empty)",
     )
     parser.add_argument("--limit-conversations", type=int, default=None)
+    parser.add_argument(
+        "--top-only",
+        action="store_true",
+        help="LoCoMo: only the limit-10 call (R@5, R@10; no budget metric): for slow engines",
+    )
     parser.add_argument("--split", default="train", help="BEIR qrels split (default train)")
+    parser.add_argument(
+        "--beir-subset",
+        type=lambda v: tuple(int(x) for x in v.split(",")),
+        default=None,
+        metavar="QUERIES,DOCUMENTS",
+        help="BEIR: the first QUERIES queries over DOCUMENTS documents (theirs, then others)",
+    )
     parser.add_argument(
         "--modes",
         type=lambda v: v.split(","),
@@ -1515,6 +1553,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="comma list of dense,bm25,hybrid (default all)",
     )
     parser.add_argument("--model-tier", default="small")
+    parser.add_argument(
+        "--engine",
+        choices=["embedded", "qdrant-local"],
+        default="embedded",
+        help="the embedded engine, or the qdrant-client adapter in its local mode",
+    )
     parser.add_argument(
         "--models-dir",
         type=Path,
@@ -1655,7 +1699,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         import assistant
 
         started = time.perf_counter()
-        outcome = assistant.run(Path(args.assistant).resolve(), args.set, None)
+        outcome = assistant.run(Path(args.assistant).resolve(), args.set, None, args.engine)
         for finding in outcome["findings"]:
             print(f"assistant-dev store: {finding}")
         for name in ("all", "tune", "check"):

@@ -164,7 +164,14 @@ def open_sidecar_index(settings: Settings, binary: Any, reason: str) -> VectorIn
         leave()
         raise
     details = {"sidecar": {**endpoint.describe(), "binary": str(binary.path)}}
-    return QdrantIndex(client, mode="sidecar", reason=reason, details=details, on_close=leave)
+    return QdrantIndex(
+        client,
+        mode="sidecar",
+        reason=reason,
+        details=details,
+        on_close=leave,
+        config=settings.qdrant,
+    )
 
 
 def open_index(
@@ -174,7 +181,11 @@ def open_index(
     if options.qdrant_client is not None:
         from ferrex.store.qdrant import QdrantIndex
 
-        return QdrantIndex(options.qdrant_client, mode="local")  # type: ignore[arg-type]
+        return QdrantIndex(
+            options.qdrant_client,  # type: ignore[arg-type]
+            mode="local",
+            config=settings.qdrant,
+        )
     if mode is None:
         choice = choose_index_mode(settings, meta)
     elif mode == "sidecar":
@@ -192,7 +203,7 @@ def open_index(
         from ferrex.store.qdrant import QdrantIndex, fail_fast
 
         client = fail_fast(settings.qdrant_url or "", settings.qdrant_api_key)
-        return QdrantIndex(client, mode="external", reason=choice.reason)
+        return QdrantIndex(client, mode="external", reason=choice.reason, config=settings.qdrant)
     if choice.mode == "sidecar":
         return open_sidecar_index(settings, choice.binary, choice.reason)
     return EdgeIndex(

@@ -231,6 +231,8 @@ class StatsDetailed(StatsBrief):
     index_points: int = 0
     index_sidecar: dict[str, Any] | None = None
     index_background: dict[str, Any] | None = None
+    # What the index's server lacks (an old Qdrant: no multivectors), said once in the log.
+    index_limitations: list[str] = field(default_factory=list)
     # The late-interaction channel: on in the settings, and whether the index has it.
     late_interaction: dict[str, Any] = field(default_factory=dict)
     cache: dict[str, Any] = field(default_factory=dict)

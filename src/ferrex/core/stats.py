@@ -156,23 +156,27 @@ class Stats:
             index_points=index_stats.points,
             index_sidecar=index_stats.details.get("sidecar"),
             index_background=index_stats.details.get("background_index"),
-            late_interaction=_late_status(deps),
+            index_limitations=list(index_stats.details.get("limitations") or []),
+            late_interaction=_late_status(deps, index_stats.details),
             cache=deps.cache.stats(),
             journal_backlog=meta.journal_backlog(),
         )
 
 
-def _late_status(deps: Deps) -> dict[str, Any]:
+def _late_status(deps: Deps, details: dict[str, Any]) -> dict[str, Any]:
     """Whether recall scores by late interaction, and what to do when it cannot."""
     enabled = deps.settings.retrieval.late_interaction.enabled
     present = deps.index.late_interaction
     status: dict[str, Any] = {"enabled": enabled, "in_index": present}
+    if present and details.get("tokens_datatype"):
+        status["datatype"] = details["tokens_datatype"]  # a server's; the embedded: 8-bit
+    lacking = [what for what in details.get("limitations", []) if "multivector" in what]
     if enabled and not present:
         status["hint"] = (
-            "the index was built without the late-interaction channel: `ferrex rebuild-index` "
+            lacking[0]
+            if lacking
+            else "the index was built without the late-interaction channel: `ferrex rebuild-index` "
             "adds it (recall works without it meanwhile)"
-            if deps.index.mode == "embedded"
-            else "a Qdrant server index has no late-interaction channel yet"
         )
     return status
 

@@ -47,6 +47,7 @@ ENGINE_SETTINGS = frozenset(
         "cache",
         "limits",
         "secrets",
+        "qdrant",
     }
 )
 PROCESS_SETTINGS = frozenset(

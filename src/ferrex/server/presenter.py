@@ -401,6 +401,7 @@ def present_stats(result: StatsBrief | StatsDetailed) -> dict[str, Any]:
                 if result.index_background is not None
                 else {}
             ),
+            **({"limitations": result.index_limitations} if result.index_limitations else {}),
             "late_interaction": result.late_interaction,
         },
         "cache": result.cache,

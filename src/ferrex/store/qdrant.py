@@ -1,7 +1,10 @@
-"""QdrantIndex: the vector index on a Qdrant server (``--qdrant-url``) through ``qdrant-client``.
+"""QdrantIndex: the vector index on a Qdrant server (``--qdrant-url``, or the sidecar) through
+``qdrant-client``.
 
-Same collection schema as the embedded engine. Also runs on ``QdrantClient(":memory:")`` (local
-mode), which the tests use because no Qdrant server binary exists in this environment.
+Same collection schema and the same evidence as the embedded engine, the late-interaction
+channel included (a ``tokens`` multivector compared by MaxSim, Qdrant >= 1.10; stored float16:
+``qdrant_collection.py``). Also runs on ``QdrantClient(":memory:")`` (local mode), which the
+tests use because no Qdrant server binary exists in this environment.
 """
 
 from __future__ import annotations
@@ -13,8 +16,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import structlog
 from qdrant_client import QdrantClient, models
 
+from ferrex.config import QdrantConfig
 from ferrex.core.ids import point_id
 from ferrex.core.indexing import (
     DATETIME_FIELDS,
@@ -24,9 +29,22 @@ from ferrex.core.indexing import (
 )
 from ferrex.core.ports import IndexFilter, IndexHit, IndexPoint, IndexStats, SparseVec, Vector
 from ferrex.core.retrieval import hit_order
+from ferrex.store.qdrant_collection import (
+    DENSE,
+    SPARSE,
+    TOKENS,
+    TOKENS_DATATYPE,
+    ServerFeatures,
+    collection_request,
+    has_tokens,
+    no_multivectors,
+    read_consistency,
+    write_ordering,
+)
+from ferrex.store.qdrant_filters import namespace_filter, to_filter
 
-DENSE = "dense"
-SPARSE = "bm25"
+log = structlog.get_logger("ferrex.index")
+
 COLLECTION = "ferrex"
 CONNECT_TIMEOUT_SECONDS = 3
 _RETURNED_FIELDS = ["memory_id", "chunk", "type"]
@@ -73,6 +91,7 @@ class QdrantIndex:
         reason: str = "",
         details: dict[str, Any] | None = None,
         on_close: Callable[[], None] | None = None,
+        config: QdrantConfig | None = None,
     ) -> None:
         self.client = client
         self.collection = collection
@@ -82,6 +101,13 @@ class QdrantIndex:
         self._on_close = on_close
         self._lock = threading.RLock()
         self._scoped_idf = True
+        self.config = config or QdrantConfig()
+        # Reads ask the replicas for ``read_consistency``, writes are ordered and confirmed by
+        # the collection's write consistency factor: read-after-write on a replicated collection.
+        self._read = read_consistency(self.config)
+        self._ordering = write_ordering(self.config)
+        self._late: bool | None = None  # whether the collection has the channel (None: unread)
+        self._features: ServerFeatures | None = None
 
     # ------------------------------------------------------------------ schema
 
@@ -90,22 +116,61 @@ class QdrantIndex:
 
     @property
     def late_interaction(self) -> bool:
-        """Not on a Qdrant server yet (docs/recall.md): recall works without the channel."""
-        return False
+        """Whether the collection has the ``tokens`` multivector (read once from the server)."""
+        if self._late is None:
+            with self._lock:
+                self._late = self._exists() and has_tokens(
+                    self.client.get_collection(self.collection)
+                )
+        return self._late
+
+    @property
+    def features(self) -> ServerFeatures:
+        """The server's version and what it lacks (asked once; local mode: the client's)."""
+        if self._features is None:
+            try:
+                version: str | None = str(self.client.info().version)
+            except Exception:  # an old server or a proxy without the root endpoint
+                version = None
+            self._features = ServerFeatures(version)
+        return self._features
+
+    def _lacks(self, what: str) -> None:
+        """Say once (stderr, one line) what this server cannot do; stats lists it too."""
+        if self.features.lacks(what):
+            log.warning("qdrant server limitation", limitation=what)
 
     def ensure_collection(self, dimension: int, *, late_interaction: bool = False) -> None:
         with self._lock:
             if self._exists():
+                if (
+                    late_interaction
+                    and not self.late_interaction
+                    and not self.features.multivectors
+                ):
+                    self._lacks(no_multivectors(self.features.version))  # said at every start
                 return
-            self.client.create_collection(
-                self.collection,
-                vectors_config={
-                    DENSE: models.VectorParams(size=dimension, distance=models.Distance.COSINE)
-                },
-                sparse_vectors_config={
-                    SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)
-                },
+            late = late_interaction and self.features.multivectors
+            if late_interaction and not late:
+                self._lacks(no_multivectors(self.features.version))
+            cluster = self.mode == "external"
+            request = collection_request(
+                dimension, late_interaction=late, config=self.config, cluster=cluster
             )
+            try:
+                self.client.create_collection(self.collection, **request)
+            except Exception as exc:
+                if not late or self._exists():
+                    raise
+                # A server that does not know multivectors refuses the whole request: the
+                # collection without the channel, said once.
+                self._lacks(no_multivectors(self.features.version, _first_line(exc)))
+                late = False
+                request = collection_request(
+                    dimension, late_interaction=False, config=self.config, cluster=cluster
+                )
+                self.client.create_collection(self.collection, **request)
+            self._late = late
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # local mode: "payload indexes have no effect"
                 for name in KEYWORD_FIELDS:
@@ -126,21 +191,13 @@ class QdrantIndex:
     def upsert(self, points: Sequence[IndexPoint]) -> None:
         if not points:
             return
+        late = self.late_interaction
         structs = [
-            models.PointStruct(
-                id=p.point_id,
-                vector={
-                    DENSE: vector_floats(p.dense),
-                    SPARSE: models.SparseVector(
-                        indices=list(p.sparse.indices), values=list(p.sparse.values)
-                    ),
-                },
-                payload=p.payload,
-            )
+            models.PointStruct(id=p.point_id, vector=_vectors(p, late), payload=p.payload)
             for p in points
         ]
         with self._lock:
-            self.client.upsert(self.collection, points=structs, wait=True)
+            self.client.upsert(self.collection, points=structs, wait=True, ordering=self._ordering)
 
     def delete_memories(self, memory_ids: Sequence[str]) -> None:
         if not memory_ids or not self._exists():
@@ -155,7 +212,9 @@ class QdrantIndex:
             )
         )
         with self._lock:
-            self.client.delete(self.collection, points_selector=selector, wait=True)
+            self.client.delete(
+                self.collection, points_selector=selector, wait=True, ordering=self._ordering
+            )
 
     def delete_points(self, point_ids: Sequence[str]) -> None:
         if not point_ids or not self._exists():
@@ -165,6 +224,7 @@ class QdrantIndex:
                 self.collection,
                 points_selector=models.PointIdsList(points=list(point_ids)),
                 wait=True,
+                ordering=self._ordering,
             )
 
     def set_payload(self, memory_id: str, payload: dict[str, Any]) -> None:
@@ -172,14 +232,16 @@ class QdrantIndex:
             must=[models.FieldCondition(key="memory_id", match=models.MatchValue(value=memory_id))]
         )
         with self._lock:
-            self.client.set_payload(self.collection, payload=payload, points=flt, wait=True)
+            self.client.set_payload(
+                self.collection, payload=payload, points=flt, wait=True, ordering=self._ordering
+            )
 
     # ------------------------------------------------------------------ reads
 
     def _sparse_params(self, flt: IndexFilter) -> models.SearchParams | None:
         if not self._scoped_idf:
             return None
-        return models.SearchParams(idf=models.IdfCorpusParams(corpus=_namespace_filter(flt)))
+        return models.SearchParams(idf=models.IdfCorpusParams(corpus=namespace_filter(flt)))
 
     def search_batch(
         self,
@@ -187,26 +249,39 @@ class QdrantIndex:
         sparse: SparseVec,
         searches: Sequence[tuple[str, IndexFilter, int]],
         hnsw_ef: int,
-        tokens: Any = None,
+        tokens: np.ndarray | None = None,
     ) -> list[list[IndexHit]]:
-        """Several searches of one query, ("dense" | "sparse", filter, limit) each, in ONE
-        request; one list of hits per search, in order ("tokens": none, no such channel)."""
+        """Several searches of one query, ("dense" | "sparse" | "tokens", filter, limit) each,
+        in ONE request; one list of hits per search, in order ("tokens" finds nothing without
+        the channel or query tokens)."""
         if not searches or not self._exists():
             return [[] for _ in searches]
-        asked = [s for s in searches if s[0] != "tokens"]
+        late = tokens is not None and len(tokens) > 0 and self.late_interaction
+        asked = [s for s in searches if s[0] != "tokens" or late]
         if len(asked) < len(searches):
-            found = iter(self.search_batch(dense, sparse, asked, hnsw_ef) if asked else [])
-            return [[] if s[0] == "tokens" else next(found) for s in searches]
+            found = iter(self.search_batch(dense, sparse, asked, hnsw_ef, tokens) if asked else [])
+            return [next(found) if s[0] != "tokens" or late else [] for s in searches]
         vector = vector_floats(dense) if any(c == "dense" for c, _, _ in searches) else []
         requests = []
         for channel, flt, limit in searches:
-            if channel == "dense":
+            if channel == "tokens":
+                assert tokens is not None
+                requests.append(
+                    models.QueryRequest(
+                        query=np.asarray(tokens, dtype=np.float32).tolist(),
+                        using=TOKENS,
+                        limit=limit,
+                        filter=to_filter(flt),
+                        with_payload=_RETURNED_FIELDS,
+                    )
+                )
+            elif channel == "dense":
                 requests.append(
                     models.QueryRequest(
                         query=vector,
                         using=DENSE,
                         limit=limit,
-                        filter=_filter(flt),
+                        filter=to_filter(flt),
                         params=models.SearchParams(hnsw_ef=hnsw_ef),
                         with_payload=_RETURNED_FIELDS,
                     )
@@ -217,7 +292,7 @@ class QdrantIndex:
                         query=_sparse(sparse),
                         using=SPARSE,
                         limit=limit,
-                        filter=_filter(flt),
+                        filter=to_filter(flt),
                         params=self._sparse_params(flt),
                         with_payload=_RETURNED_FIELDS,
                     )
@@ -228,16 +303,33 @@ class QdrantIndex:
         try:
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message="Local mode performs exact")
-                return list(self.client.query_batch_points(self.collection, requests=requests))
-        except Exception:
+                return list(
+                    self.client.query_batch_points(
+                        self.collection, requests=requests, consistency=self._read
+                    )
+                )
+        except Exception as exc:
             if not self._scoped_idf:
                 raise
-            # Older servers do not know namespace-scoped IDF: fall back to collection IDF.
-            self._scoped_idf = False
             plain = [
                 r.model_copy(update={"params": None}) if r.using == SPARSE else r for r in requests
             ]
-            return list(self.client.query_batch_points(self.collection, requests=plain))
+            found = list(
+                self.client.query_batch_points(
+                    self.collection, requests=plain, consistency=self._read
+                )
+            )
+            self._no_scoped_idf(exc)  # the same request without it answered: that was it
+            return found
+
+    def _no_scoped_idf(self, exc: Exception) -> None:
+        """Older servers do not know namespace-scoped IDF: collection IDF from now on (BM25
+        weighs a term by its rarity in the whole collection, every namespace), said once."""
+        self._scoped_idf = False
+        self._lacks(
+            "no namespace-scoped BM25 IDF (" + _first_line(exc) + "): BM25 weighs terms by "
+            "their rarity across every namespace of the collection"
+        )
 
     def _query(self, **kwargs: Any) -> list[models.ScoredPoint]:
         try:
@@ -245,17 +337,19 @@ class QdrantIndex:
                 # local mode: "exact search, search_params have no effect" is expected
                 warnings.filterwarnings("ignore", message="Local mode performs exact")
                 result = self.client.query_points(
-                    self.collection, with_payload=_RETURNED_FIELDS, **kwargs
+                    self.collection,
+                    with_payload=_RETURNED_FIELDS,
+                    consistency=self._read,
+                    **kwargs,
                 )
-        except Exception:
+        except Exception as exc:
             if not self._scoped_idf:
                 raise
-            # Older servers do not know namespace-scoped IDF: fall back to collection IDF.
-            self._scoped_idf = False
             kwargs = _without_idf(kwargs)
             result = self.client.query_points(
-                self.collection, with_payload=_RETURNED_FIELDS, **kwargs
+                self.collection, with_payload=_RETURNED_FIELDS, consistency=self._read, **kwargs
             )
+            self._no_scoped_idf(exc)  # the same query without it answered: that was it
         return list(result.points)
 
     def dense_search(
@@ -267,7 +361,7 @@ class QdrantIndex:
             self._query(
                 query=vector_floats(dense),
                 using=DENSE,
-                query_filter=_filter(flt),
+                query_filter=to_filter(flt),
                 limit=limit,
                 search_params=models.SearchParams(hnsw_ef=hnsw_ef),
             )
@@ -283,7 +377,7 @@ class QdrantIndex:
                 query=vector_floats(dense),
                 using=DENSE,
                 limit=limit,
-                filter=_filter(flt),
+                filter=to_filter(flt),
                 params=models.SearchParams(hnsw_ef=hnsw_ef),
                 with_payload=_RETURNED_FIELDS,
             )
@@ -291,7 +385,9 @@ class QdrantIndex:
         ]
         with warnings.catch_warnings():  # dense only: no IDF fallback to try (``_batch``)
             warnings.filterwarnings("ignore", message="Local mode performs exact")
-            found = self.client.query_batch_points(self.collection, requests=requests)
+            found = self.client.query_batch_points(
+                self.collection, requests=requests, consistency=self._read
+            )
         return [_hits(response.points) for response in found]
 
     def sparse_search(self, sparse: SparseVec, flt: IndexFilter, limit: int) -> list[IndexHit]:
@@ -301,7 +397,7 @@ class QdrantIndex:
             self._query(
                 query=_sparse(sparse),
                 using=SPARSE,
-                query_filter=_filter(flt),
+                query_filter=to_filter(flt),
                 limit=limit,
                 search_params=self._sparse_params(flt),
             )
@@ -310,25 +406,53 @@ class QdrantIndex:
     def dense_similarities(
         self, others: Mapping[str, Sequence[str]], model: str
     ) -> dict[tuple[str, str], float]:
+        # As on the embedded engine: the memories' own vectors (one retrieve), then one filtered
+        # search per memory over its others (one batch): the server scores the others, whose
+        # vectors never cross the network.
         wanted = {m: list(found) for m, found in others.items() if found}
         if not wanted or not self._exists():
             return {}
-        ids = set(wanted) | {o for found in wanted.values() for o in found}
-        owner = {point_id(m): m for m in ids}
+        owner = {point_id(m): m for m in wanted}
         records = self.client.retrieve(
-            self.collection, list(owner), with_payload=["model"], with_vectors=[DENSE]
+            self.collection,
+            list(owner),
+            with_payload=["model"],
+            with_vectors=[DENSE],
+            consistency=self._read,
         )
-        vectors: dict[str, np.ndarray] = {}
+        vectors: dict[str, list[float]] = {}
         for record in records:
             found = record.vector
             dense = found.get(DENSE) if isinstance(found, dict) else None
             if dense is not None and (record.payload or {}).get("model") == model:
-                vectors[owner[str(record.id)]] = np.asarray(dense, dtype=np.float32)
+                vectors[owner[str(record.id)]] = list(dense)  # type: ignore[arg-type]
+        targets = [(m, {point_id(o): o for o in wanted[m]}) for m in wanted if m in vectors]
+        if not targets:
+            return {}
+        requests = [
+            models.QueryRequest(
+                query=vectors[memory],
+                using=DENSE,
+                limit=len(points),
+                filter=models.Filter(
+                    must=[
+                        models.HasIdCondition(has_id=list(points)),
+                        models.FieldCondition(key="model", match=models.MatchValue(value=model)),
+                    ]
+                ),
+                with_payload=False,
+            )
+            for memory, points in targets
+        ]
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Local mode performs exact")
+            batch = self.client.query_batch_points(
+                self.collection, requests=requests, consistency=self._read
+            )
         return {
-            (memory, other): float(np.dot(vectors[memory], vectors[other]))
-            for memory, found in wanted.items()
-            for other in found
-            if memory in vectors and other in vectors
+            (memory, points[str(point.id)]): float(point.score)
+            for (memory, points), response in zip(targets, batch, strict=True)
+            for point in response.points
         }
 
     def points_by_memory(self) -> dict[str, list[str]]:
@@ -343,7 +467,11 @@ class QdrantIndex:
         offset: Any = None
         while True:
             records, offset = self.client.scroll(
-                self.collection, limit=1000, offset=offset, with_payload=list(fields)
+                self.collection,
+                limit=1000,
+                offset=offset,
+                with_payload=list(fields),
+                consistency=self._read,
             )
             for record in records:
                 yield str(record.id), dict(record.payload or {})
@@ -351,26 +479,32 @@ class QdrantIndex:
                 return
 
     def stats(self) -> IndexStats:
+        limitations = list(self.features.limitations) if self._features is not None else []
         if not self._exists():
             return IndexStats(
                 mode=self.mode,
                 points=0,
-                details={"initialised": False, **self.details},
+                details={"initialised": False, "limitations": limitations, **self.details},
                 reason=self.reason,
             )
         count = self.client.count(self.collection, exact=True).count
-        return IndexStats(
-            mode=self.mode,
-            points=int(count),
-            details={"collection": self.collection, "late_interaction": False, **self.details},
-            reason=self.reason,
-        )
+        late = self.late_interaction
+        details: dict[str, Any] = {
+            "collection": self.collection,
+            "late_interaction": late,
+            "limitations": limitations,
+            **self.details,
+        }
+        if late:
+            details["tokens_datatype"] = TOKENS_DATATYPE.value
+        return IndexStats(mode=self.mode, points=int(count), details=details, reason=self.reason)
 
     def reset(self, dimension: int, *, late_interaction: bool = False) -> None:
         with self._lock:
             if self._exists():
                 self.client.delete_collection(self.collection)
-            self.ensure_collection(dimension)
+            self._late = None
+            self.ensure_collection(dimension, late_interaction=late_interaction)
 
     def optimize(self) -> bool:
         return False  # a Qdrant server optimizes by itself
@@ -388,6 +522,27 @@ class QdrantIndex:
             if self._on_close is not None:
                 on_close, self._on_close = self._on_close, None
                 on_close()  # e.g. stop the sidecar when this process is the last one
+
+
+def _vectors(point: IndexPoint, late: bool) -> dict[str, Any]:
+    dense = vector_floats(point.dense)
+    vectors: dict[str, Any] = {
+        DENSE: dense,
+        SPARSE: models.SparseVector(
+            indices=list(point.sparse.indices), values=list(point.sparse.values)
+        ),
+    }
+    if late:
+        # Every point of a collection with the channel has token vectors: the dense vector
+        # stands in where a text gives none (as on the embedded engine). Rounded through
+        # float16, the server's datatype, so that local mode scores what a server stores.
+        tokens = point.tokens if point.tokens is not None and len(point.tokens) else [dense]
+        vectors[TOKENS] = np.asarray(tokens, dtype=np.float16).astype(np.float32).tolist()
+    return vectors
+
+
+def _first_line(exc: BaseException) -> str:
+    return ((str(exc).strip().splitlines() or [type(exc).__name__])[0])[:160]
 
 
 def _sparse(vec: SparseVec) -> models.SparseVector:
@@ -422,83 +577,3 @@ def _hits(points: Sequence[models.ScoredPoint]) -> list[IndexHit]:
         for p in points
     ]
     return sorted(hits, key=hit_order)
-
-
-def _namespace_filter(flt: IndexFilter) -> models.Filter:
-    return models.Filter(
-        must=[models.FieldCondition(key="namespace", match=models.MatchValue(value=flt.namespace))]
-    )
-
-
-def _filter(flt: IndexFilter) -> models.Filter:
-    must: list[Any] = [
-        models.FieldCondition(key="namespace", match=models.MatchValue(value=flt.namespace))
-    ]
-    chosen: list[Any] = []
-    if flt.memory_ids is not None:
-        chosen.append(
-            models.FieldCondition(key="memory_id", match=models.MatchAny(any=list(flt.memory_ids)))
-        )
-    if flt.point_ids is not None:
-        chosen.append(models.HasIdCondition(has_id=list(flt.point_ids)))
-    if chosen:
-        must.append(chosen[0] if len(chosen) == 1 else models.Filter(should=chosen))
-    if flt.model is not None:
-        must.append(models.FieldCondition(key="model", match=models.MatchValue(value=flt.model)))
-    if flt.types:
-        must.append(models.FieldCondition(key="type", match=models.MatchAny(any=list(flt.types))))
-    if flt.entity_ids is not None:
-        values = [str(e) for e in flt.entity_ids] or ["__none__"]
-        must.append(models.FieldCondition(key="entities", match=models.MatchAny(any=values)))
-    current = models.IsEmptyCondition(is_empty=models.PayloadField(key="t_invalid"))
-    ranged = flt.time_after is not None or flt.time_before is not None
-    if ranged:
-        after = flt.time_after
-        before = flt.time_before
-        semantic = models.FieldCondition(key="type", match=models.MatchValue(value="semantic"))
-        # Events and procedures: their time inside the range (and current, unless asked).
-        others: list[Any] = [
-            models.FieldCondition(key="time", range=models.DatetimeRange(gte=after, lte=before))
-        ]
-        if flt.as_of is None and flt.validity == "current":
-            others.append(current)
-        # Facts: valid at some moment of the range, superseded since or not (see edge.py).
-        facts: list[Any] = [semantic]
-        if before is not None:
-            facts.append(
-                models.FieldCondition(key="t_valid", range=models.DatetimeRange(lte=before))
-            )
-        if after is not None:
-            facts.append(
-                models.Filter(
-                    should=[
-                        current,
-                        models.FieldCondition(
-                            key="t_invalid", range=models.DatetimeRange(gt=after)
-                        ),
-                    ]
-                )
-            )
-        must.append(
-            models.Filter(
-                should=[
-                    models.Filter(must=others, must_not=[semantic]),
-                    models.Filter(must=facts),
-                ]
-            )
-        )
-    if flt.as_of is not None:
-        moment = flt.as_of
-        must.append(models.FieldCondition(key="t_valid", range=models.DatetimeRange(lte=moment)))
-        must.append(
-            models.Filter(
-                should=[
-                    models.IsEmptyCondition(is_empty=models.PayloadField(key="t_invalid")),
-                    models.FieldCondition(key="t_invalid", range=models.DatetimeRange(gt=moment)),
-                ]
-            )
-        )
-    elif flt.validity == "current" and not ranged:
-        # "Empty" = null or absent: a payload refresh with t_invalid=None may drop the key.
-        must.append(current)
-    return models.Filter(must=must)
