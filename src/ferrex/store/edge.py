@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from itertools import islice
@@ -25,6 +26,7 @@ from ferrex.core.indexing import (
 )
 from ferrex.core.ports import IndexFilter, IndexHit, IndexPoint, IndexStats, SparseVec, Vector
 from ferrex.core.retrieval import hit_order
+from ferrex.store import edge_disk
 from ferrex.store.edge_build import (
     OPTIMIZE_MIN_UNINDEXED,
     BackgroundOptimizer,
@@ -42,6 +44,8 @@ _CONFIG = "edge_config.json"  # the engine's own: the collection's vectors
 _RETURNED_FIELDS = ["memory_id", "chunk", "type"]
 # The most points ``EdgeIndex._known`` holds (~300 bytes each); past it the older half goes.
 _KNOWN_POINTS = 50_000
+# How often (at most) a write backs the files the engine added since (store/edge_disk.py).
+_RESERVE_SECONDS = 1.0
 # One string per memory type: what ``_known`` holds is not a copy per point.
 _TYPES = {name: name for name in ("episodic", "semantic", "procedural")}
 # A point id as the engine returns it (ferrex's are UUIDs).
@@ -81,6 +85,8 @@ class EdgeIndex:
         # engine returns (a ``uuid.UUID``), which hashes ~7x faster than it turns into the
         # string ``IndexHit`` carries (held in the entry).
         self._known: dict[_EngineId, tuple[str, str, int, str]] = {}
+        self._reserved_at = 0.0  # the first write backs the files it creates at once
+        self._unbacked = 0  # what the last reservation could not back (writes need it free)
         _recover_swap(path)
         if (path / _CONFIG).exists() or _has_segments(path):
             self._shard = self._load(path)
@@ -93,7 +99,7 @@ class EdgeIndex:
     @staticmethod
     def _load(path: Path) -> q.EdgeShard:
         try:
-            return q.EdgeShard.load(str(path))
+            return edge_disk.load_backed(path)
         except Exception as exc:  # the engine raises a bare Exception
             if "WouldBlock" in str(exc):
                 raise IndexLockedError("the vector index is open in another process") from exc
@@ -124,7 +130,10 @@ class EdgeIndex:
                 vectors=vectors,
                 sparse_vectors={SPARSE: q.EdgeSparseVectorParams(modifier=q.Modifier.Idf)},
             )
-            shard = q.EdgeShard.create(str(self.path), config)
+            edge_disk.require_free(
+                self.path.parent, edge_disk.FRESH_SHARD_BYTES, "creating the memory store"
+            )
+            shard = edge_disk.create_shard(self.path, config)
             for name in KEYWORD_FIELDS:
                 shard.update(
                     q.UpdateOperation.create_field_index(name, q.PayloadSchemaType.Keyword)
@@ -137,6 +146,8 @@ class EdgeIndex:
                 shard.update(
                     q.UpdateOperation.create_field_index(name, q.PayloadSchemaType.Integer)
                 )
+            shard.flush()
+            edge_disk.reserve_created(self.path, shard)
             self._shard = shard
             self._late = late_interaction
 
@@ -184,13 +195,13 @@ class EdgeIndex:
         gone = set(memory_ids)
         with self._lock:
             self._forget_known([known[0] for known in self._known.values() if known[1] in gone])
-        self._apply(q.UpdateOperation.delete_points_by_filter(flt))
+        self._apply(q.UpdateOperation.delete_points_by_filter(flt), grows=False)
 
     def delete_points(self, point_ids: Sequence[str]) -> None:
         if not point_ids or self._shard is None:
             return
         self._forget_known(point_ids)
-        self._apply(q.UpdateOperation.delete_points(list(point_ids)))
+        self._apply(q.UpdateOperation.delete_points(list(point_ids)), grows=False)
 
     def _forget_known(self, point_ids: Sequence[str]) -> None:
         with self._lock:
@@ -237,11 +248,18 @@ class EdgeIndex:
         flt = q.Filter(must=[q.FieldCondition("memory_id", match=q.MatchValue(memory_id))])
         self._apply(q.UpdateOperation.set_payload_by_filter(flt, payload))
 
-    def _apply(self, operation: q.UpdateOperation) -> None:
+    def _apply(self, operation: q.UpdateOperation, *, grows: bool = True) -> None:
+        """One engine update, refused (``StorageSpaceError``) while the disk has less room than
+        the engine may add to its files in it (store/edge_disk.py; a delete: its log only)."""
+        needed = edge_disk.GROWTH_BYTES if grows else 2 * edge_disk.WAL_SEGMENT_BYTES
+        edge_disk.require_free(self.path, needed + self._unbacked, "a write to the memory store")
         with self._lock:
             self.shard.update(operation)
             if self._pending is not None:
                 self._pending.append(operation)
+            if time.monotonic() - self._reserved_at > _RESERVE_SECONDS:
+                self._reserved_at = time.monotonic()
+                self._unbacked = edge_disk.reserve_quietly(self.path)
 
     # ------------------------------------------------------------------ reads
 
@@ -464,15 +482,15 @@ class EdgeIndex:
             return bool(self.shard.optimize())
 
     def size_bytes(self) -> int:
-        if not self.path.exists():
-            return 0
-        # Disk actually used: the engine preallocates sparse files (32 MiB pages, WAL).
-        return sum(f.stat().st_blocks * 512 for f in self.path.rglob("*") if f.is_file())
+        """Disk used: the engine's pre-sized files, reserved (store/edge_disk.py)."""
+        return edge_disk.written_bytes(self.path)
 
     def flush(self) -> None:
         if self._shard is not None:
             with self._lock:
                 self._shard.flush()
+                self._reserved_at = time.monotonic()
+                self._unbacked = edge_disk.reserve_quietly(self.path)
 
     def close(self) -> None:
         self.optimizer.cancel()
@@ -480,6 +498,9 @@ class EdgeIndex:
             if self._shard is not None:
                 try:
                     self._shard.flush()
+                    self._unbacked = edge_disk.reserve_quietly(self.path)
+                except Exception as exc:  # e.g. a full disk: the engine's log replays it
+                    log.error("flushing the vector index failed", error=str(exc)[:300])
                 finally:
                     self._shard.close()
                     self._shard = None
@@ -511,6 +532,7 @@ class EdgeIndex:
     def swap_in(self, built: Path) -> int:
         """Replace the live shard with the optimized copy at ``built``, after replaying onto it
         every update applied since the copy was taken. Returns the updates replayed."""
+        edge_disk.reserve(built, "the background index build")  # before it goes live
         staged = q.EdgeShard.load(str(built))
         replayed = 0
         try:
