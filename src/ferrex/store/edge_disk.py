@@ -49,6 +49,12 @@ OPEN_MARGIN_BYTES = 4 * MIB
 # the payload indexes, the vector chunks come with the first write): what creating one needs
 # free, since the engine touches its pages as it creates them (on a tmpfs, all of them).
 FRESH_SHARD_BYTES = 150 * MIB
+# The vector storages' chunk size (the engine's default: 32 MiB, one chunk file at the first
+# vector, populated in RAM). Each storage keeps the chunk size in its own ``config.json``,
+# written when the storage is created and read back at every load; ferrex rewrites it while
+# the storage holds no chunk yet (a new shard, or the empty segment a build leaves): 4 MiB is
+# 2,730 dense vectors (384-d float32) or 10,810 token vectors a chunk.
+CHUNK_BYTES = 4 * MIB
 _CONFIG = "edge_config.json"
 
 
@@ -148,6 +154,29 @@ def small_wal(path: Path) -> None:
     temporary.replace(config_path)
 
 
+def small_chunks(path: Path) -> int:
+    """Give every vector storage of the shard that has no chunk yet ``CHUNK_BYTES`` chunks
+    (the shard closed: the engine reads the size when it opens the storage); how many."""
+    changed = 0
+    for config_path in (path / "segments").glob("*/vector_storage-*/*/config.json"):
+        if any(config_path.parent.glob("chunk_*")):
+            continue  # holds vectors: its chunks keep their size
+        try:
+            data = json.loads(config_path.read_text(encoding="utf-8"))
+            element = int(data["chunk_size_bytes"]) // int(data["chunk_size_vectors"])
+        except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
+            continue  # not a chunked vector storage (or a format this code does not know)
+        vectors = max(1, CHUNK_BYTES // element)
+        if data["chunk_size_vectors"] == vectors:
+            continue
+        data.update(chunk_size_vectors=vectors, chunk_size_bytes=vectors * element)
+        temporary = config_path.with_name("config.json.tmp")
+        temporary.write_text(json.dumps(data), encoding="utf-8")
+        temporary.replace(config_path)
+        changed += 1
+    return changed
+
+
 def create_shard(path: Path, config: q.EdgeConfig) -> q.EdgeShard:
     """A new shard at ``path`` with small WAL segments.
 
@@ -165,6 +194,8 @@ def create_shard(path: Path, config: q.EdgeConfig) -> q.EdgeShard:
     data["wal_options"] = _WAL_OPTIONS
     path.mkdir(parents=True, exist_ok=True)
     (path / _CONFIG).write_text(json.dumps(data), encoding="utf-8")
+    q.EdgeShard.load(str(path)).close()  # the engine lays out the shard from its config
+    small_chunks(path)
     return q.EdgeShard.load(str(path))
 
 
@@ -172,6 +203,7 @@ def load_backed(path: Path) -> q.EdgeShard:
     """Open the shard with every page of its files backed: a disk that cannot hold them is
     ``StorageSpaceError`` before the engine maps anything."""
     small_wal(path)
+    small_chunks(path)
     reserve(path)
     shard = q.EdgeShard.load(str(path))
     try:
