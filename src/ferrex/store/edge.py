@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import threading
-import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from itertools import islice
@@ -44,8 +43,6 @@ _CONFIG = "edge_config.json"  # the engine's own: the collection's vectors
 _RETURNED_FIELDS = ["memory_id", "chunk", "type"]
 # The most points ``EdgeIndex._known`` holds (~300 bytes each); past it the older half goes.
 _KNOWN_POINTS = 50_000
-# How often (at most) a write backs the files the engine added since (store/edge_disk.py).
-_RESERVE_SECONDS = 1.0
 # One string per memory type: what ``_known`` holds is not a copy per point.
 _TYPES = {name: name for name in ("episodic", "semantic", "procedural")}
 # A point id as the engine returns it (ferrex's are UUIDs).
@@ -85,7 +82,6 @@ class EdgeIndex:
         # engine returns (a ``uuid.UUID``), which hashes ~7x faster than it turns into the
         # string ``IndexHit`` carries (held in the entry).
         self._known: dict[_EngineId, tuple[str, str, int, str]] = {}
-        self._reserved_at = 0.0  # the first write backs the files it creates at once
         self._unbacked = 0  # what the last reservation could not back (writes need it free)
         _recover_swap(path)
         if (path / _CONFIG).exists() or _has_segments(path):
@@ -257,9 +253,9 @@ class EdgeIndex:
             self.shard.update(operation)
             if self._pending is not None:
                 self._pending.append(operation)
-            if time.monotonic() - self._reserved_at > _RESERVE_SECONDS:
-                self._reserved_at = time.monotonic()
-                self._unbacked = edge_disk.reserve_quietly(self.path)
+            # What the engine created in this call (a new chunk, page, log segment): backed
+            # now (~1 ms a 150-file shard), so no later write touches an unbacked page.
+            self._unbacked = edge_disk.reserve_quietly(self.path)
 
     # ------------------------------------------------------------------ reads
 
@@ -489,7 +485,6 @@ class EdgeIndex:
         if self._shard is not None:
             with self._lock:
                 self._shard.flush()
-                self._reserved_at = time.monotonic()
                 self._unbacked = edge_disk.reserve_quietly(self.path)
 
     def close(self) -> None:

@@ -1,7 +1,8 @@
 """The embedded engine's files and the disk under them: nothing the engine maps is left unbacked.
 
 The engine (qdrant-edge) keeps its data in memory-mapped files it pre-sizes and leaves sparse:
-32 MiB chunks for each dense and token vector storage, 32 MiB pages for the payload and the
+chunks for each dense and token vector storage (32 MiB by default; 4 MiB as ferrex sets them,
+``CHUNK_BYTES``), 32 MiB pages for the payload and the
 sparse vectors, 2-4 MiB pages and 1 MiB flag files for every payload index, and its write-ahead
 log's segments. Touching a page of a hole the file system cannot back (a full disk, a full
 tmpfs) is a SIGBUS: the process dies, whatever Python does. So ferrex RESERVES the blocks
@@ -10,12 +11,12 @@ creating it, and on a background build's copy before it goes live): once reserve
 those files needs a new block. Reserving fails cleanly (``ENOSPC``), and ferrex says how much
 space it needs instead of opening.
 
-What remains (the race): files the engine creates or extends while it is open — a new 32 MiB
-chunk every 21,845 dense vectors (86,480 token vectors), a new 32 MiB page, a new WAL segment —
-are created inside the engine's own update call, sparse, and written at once. ferrex refuses
-an engine write while the disk has less than ``GROWTH_BYTES`` free (``storage_full``), and
-reserves what the engine created at the next flush or open; another program filling the disk
-between that check and the engine's growth can still end in SIGBUS.
+What remains (the race): files the engine creates or extends while it is open — a new vector
+chunk (every 2,730 dense or 10,810 token vectors), a new 32 MiB payload page, a new log segment —
+are created inside the engine's own update call, sparse, and written at once. ferrex refuses an
+engine write while the disk has less than ``GROWTH_BYTES`` free (``storage_full``) and reserves
+what the call created as soon as it returns; another program filling the disk during that call
+can still end in SIGBUS.
 """
 
 from __future__ import annotations
