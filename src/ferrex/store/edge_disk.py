@@ -2,9 +2,8 @@
 
 The engine (qdrant-edge) keeps its data in memory-mapped files it pre-sizes and leaves sparse:
 chunks for each dense and token vector storage (32 MiB by default; 4 MiB as ferrex sets them,
-``CHUNK_BYTES``), 32 MiB pages for the payload and the
-sparse vectors, 2-4 MiB pages and 1 MiB flag files for every payload index, and its write-ahead
-log's segments. Touching a page of a hole the file system cannot back (a full disk, a full
+``CHUNK_BYTES``), 32 MiB pages for the payload and the sparse vectors, 2-4 MiB pages and 1 MiB
+flag files for every payload index, and its write-ahead log's segments. Touching a page of a hole the file system cannot back (a full disk, a full
 tmpfs) is a SIGBUS: the process dies, whatever Python does. So ferrex RESERVES the blocks
 (``posix_fallocate``) of every file of the shard before the engine opens it (at load, after
 creating it, and on a background build's copy before it goes live): once reserved, no page of
