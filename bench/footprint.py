@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -112,11 +113,24 @@ def main() -> int:
     parser.add_argument("sizes", type=int, nargs="+")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--existing",
+        type=Path,
+        metavar="STORE",
+        help="measure a copy of this bench store (its data dir's parent) instead of building",
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="ferrex-footprint-"))
     models = work / "models-cache"
     os.environ["XDG_CACHE_HOME"] = str(models)  # the shared model cache, measured apart
     env = {**os.environ, "FERREX_LOG": "error"}
+    if args.existing is not None:  # as built (by whichever code built it), then opened
+        data = work / "data"
+        shutil.copytree(args.existing / "data", data)
+        built = measure(data, Tally(), models)
+        row = {"memories": args.sizes[0], **built, **rss(data, env)}
+        print(json.dumps(row), flush=True)
+        return 0
     from corpus import memories
     from ferrex.logs import configure
     from stores import bulk_load, open_service
