@@ -1,26 +1,27 @@
-"""The embedded engine's files and the disk under them: nothing the engine maps is left unbacked.
+"""The embedded engine's files and the disk under them: the engine never touches a page the disk
+cannot hold.
 
 The engine (qdrant-edge) keeps its data in memory-mapped files it pre-sizes and leaves sparse:
 chunks for each dense and token vector storage (32 MiB by default; 4 MiB as ferrex sets them,
 ``CHUNK_BYTES``), 32 MiB pages for the payload and the sparse vectors, 2-4 MiB pages and 1 MiB
-flag files for every payload index, and its write-ahead log's segments. Touching a page of a hole the file system cannot back (a full disk, a full
-tmpfs) is a SIGBUS: the process dies, whatever Python does. So ferrex RESERVES the blocks
-(``posix_fallocate``) of every file of the shard before the engine opens it (at load, after
-creating it, and on a background build's copy before it goes live): once reserved, no page of
-those files needs a new block. Reserving fails cleanly (``ENOSPC``), and ferrex says how much
-space it needs instead of opening.
+flag files for every payload index, and its write-ahead log's segments. Touching a page of a
+hole the file system cannot back (a full disk, a full tmpfs) is a SIGBUS: the process dies,
+whatever Python does. So ferrex CHECKS the free space against every page the engine may still
+touch — the holes of its files (``unbacked_bytes``), plus what one write may add to them
+(``GROWTH_BYTES``) — before the engine opens the shard and before every engine write, and
+answers ``StorageSpaceError`` (``storage_full``, naming the space needed) instead. It does not
+reserve the holes (``posix_fallocate`` would): the files stay sparse, so a small store takes
+little disk where the file system has sparse files (ext4: about 1 MB for 10 memories, not the
+files' 156 MB).
 
-What remains (the race): files the engine creates or extends while it is open — a new vector
-chunk (every 2,730 dense or 10,810 token vectors), a new 32 MiB payload page, a new log segment —
-are created inside the engine's own update call, sparse, and written at once. ferrex refuses an
-engine write while the disk has less than ``GROWTH_BYTES`` free (``storage_full``) and reserves
-what the call created as soon as it returns; another program filling the disk during that call
-can still end in SIGBUS.
+What remains (the race): the check and the engine's page touches are separate moments. Another
+program filling the disk while an engine write runs (after the check, before its pages are
+written) can still end in SIGBUS; so can a read that faults a never-written page on a tmpfs
+filled meanwhile (reads of a hole allocate there, not on ext4).
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import shutil
@@ -40,8 +41,8 @@ MIB = 1024 * 1024
 # reads, "provided -> persisted -> default"); the Python API has no parameter for it.
 WAL_SEGMENT_BYTES = 2 * MIB
 _WAL_OPTIONS = {"segment_capacity": WAL_SEGMENT_BYTES, "segment_queue_len": 0, "retain_closed": 1}
-# The most the engine adds to its files in one write, besides what it has reserved: a new
-# 32 MiB vector chunk or payload page and a new WAL segment, with room to spare.
+# The most one engine write adds to the files' pages, besides their holes: a new 32 MiB payload
+# page, vector chunks and a WAL segment, with room to spare.
 GROWTH_BYTES = 40 * MIB
 # SQLite's own files at open (its -wal and -shm) and a little room for the first writes.
 OPEN_MARGIN_BYTES = 4 * MIB
@@ -101,34 +102,10 @@ def apparent_bytes(path: Path) -> int:
     return sum(size for _, size, _ in _sizes(path))
 
 
-def reserve(path: Path, what: str = "opening the memory store") -> int:
-    """Give every hole of the shard's files its disk blocks; the bytes reserved.
-
-    Raises ``StorageSpaceError`` (nothing of the engine opened) when the disk cannot hold them:
-    what is reserved so far stays (the store's own files, backed)."""
-    holes = [(name, size, size - used) for name, size, used in _sizes(path) if size > used]
-    needed = sum(hole for _, _, hole in holes)
-    if not holes:
-        return 0
-    free = free_bytes(path)
-    if free is not None and free < needed:
-        raise StorageSpaceError(needed, free, what)
-    for name, size, _ in holes:
-        try:
-            fd = os.open(name, os.O_RDWR)
-        except OSError:
-            continue  # gone meanwhile (the engine replaced it)
-        try:
-            os.posix_fallocate(fd, 0, size)
-        except OSError as exc:
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise StorageSpaceError(unbacked_bytes(path), free_bytes(path), what) from exc
-            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
-                raise
-            # a file system without it: the free-space check above stands
-        finally:
-            os.close(fd)
-    return needed
+def require_backing(path: Path, what: str, extra: int = 0) -> None:
+    """``StorageSpaceError`` unless the disk holding the shard has room for every page of its
+    files not written yet, and ``extra`` bytes more."""
+    require_free(path, unbacked_bytes(path) + extra, what)
 
 
 def require_free(path: Path, needed: int, what: str) -> None:
@@ -199,40 +176,28 @@ def create_shard(path: Path, config: q.EdgeConfig) -> q.EdgeShard:
     return q.EdgeShard.load(str(path))
 
 
-def load_backed(path: Path) -> q.EdgeShard:
-    """Open the shard with every page of its files backed: a disk that cannot hold them is
-    ``StorageSpaceError`` before the engine maps anything."""
+def load_checked(path: Path) -> q.EdgeShard:
+    """Open the shard once the disk has room for every page the engine may touch (on a
+    tmpfs, opening faults in whole files): ``StorageSpaceError`` before it maps anything."""
     small_wal(path)
     small_chunks(path)
-    reserve(path)
+    require_backing(path, "opening the memory store")
     shard = q.EdgeShard.load(str(path))
     try:
-        reserve(path)  # what the load itself created (a new appendable segment)
+        require_backing(path, "opening the memory store")  # a new segment the load created
     except BaseException:
         shard.close()
         raise
     return shard
 
 
-def reserve_created(path: Path, shard: q.EdgeShard) -> None:
-    """Back a new shard's files; a disk that cannot leaves no half-made shard behind."""
+def check_created(path: Path, shard: q.EdgeShard) -> None:
+    """A new shard the disk has no room for is removed: no half-made shard stays behind."""
     try:
-        reserve(path, "creating the memory store")
+        require_backing(path, "creating the memory store")
     except StorageSpaceError as exc:
         apparent = apparent_bytes(path)
         shard.close()
         shutil.rmtree(path, ignore_errors=True)
         free = free_bytes(path.parent)
         raise StorageSpaceError(apparent, free, "creating the memory store") from exc
-
-
-def reserve_quietly(path: Path) -> int:
-    """Back what the engine added to its files since (a new chunk, page or log segment); the
-    bytes still unbacked (0: all). A disk that cannot is logged, and the writes that follow
-    need that much more free space."""
-    try:
-        reserve(path, "the memory store's new files")
-    except OSError as exc:
-        log.warning("could not reserve the index's new files", error=str(exc)[:200])
-        return unbacked_bytes(path)
-    return 0
