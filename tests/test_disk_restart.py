@@ -2,8 +2,9 @@
 
 Each test mounts a small tmpfs in a mount namespace of its own (``unshare -m``, root), kept alive
 by a holder process; the server and the commands run inside it with ``nsenter``, through their
-public surface (MCP over stdio, the CLI). The engine's memory-mapped files used to be sparse: a
-restart on a full disk touched pages the tmpfs could not back and died with SIGBUS (exit 135).
+public surface (MCP over stdio, the CLI). The engine's memory-mapped files are sparse: a restart
+on a full disk touched pages the tmpfs could not back and died with SIGBUS (exit 135) before
+ferrex checked the free space against them (store/edge_disk.py).
 Skipped, saying why, where namespaces or tmpfs mounts are not available.
 """
 
