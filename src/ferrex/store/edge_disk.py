@@ -29,11 +29,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import qdrant_edge as q
-import structlog
 
 from ferrex.core.errors import StorageSpaceError
-
-log = structlog.get_logger("ferrex.index")
 
 MIB = 1024 * 1024
 # The write-ahead log's segment size (the engine's default is 32 MiB, two segments open): set
