@@ -152,7 +152,7 @@ def small_chunks(path: Path) -> int:
 
 
 def create_shard(path: Path, config: q.EdgeConfig) -> q.EdgeShard:
-    """A new shard at ``path`` with small WAL segments.
+    """A new shard at ``path`` with small WAL segments and vector chunks.
 
     The engine's Python API takes no WAL options, but loading a directory that holds only its
     persisted config creates the shard from that config, WAL options included: the config is
