@@ -4,8 +4,8 @@ The server runs in a mount namespace of its own (``unshare -m``, root) whose dat
 tmpfs; a helper inside the namespace fills it with a padding file when the test asks, and removes
 it when the test asks again. A store on the full disk answers ``storage_full`` and stores
 nothing; recall keeps answering; stats warns below ``lifecycle.min_free_mb``; once space is back,
-stores succeed and nothing acknowledged was lost. (Restarting on a still-full disk, the engine's
-SIGBUS, is issue 38 part 2: not covered.)
+stores succeed and nothing acknowledged was lost. (Restarting on a still-full disk, which the
+engine's memory-mapped files used to turn into SIGBUS: tests/test_disk_restart.py.)
 """
 
 from __future__ import annotations

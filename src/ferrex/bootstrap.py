@@ -9,7 +9,7 @@ import structlog
 
 from ferrex.config import Settings
 from ferrex.core import errors
-from ferrex.core.errors import MODEL_UNAVAILABLE, FerrexError
+from ferrex.core.errors import MODEL_UNAVAILABLE, FerrexError, StorageSpaceError, storage_full
 from ferrex.core.pins import PIN_NAME, PIN_VARIANT, REBUILD_TARGET, REBUILD_TARGET_VARIANT
 from ferrex.core.ports import VectorIndex
 from ferrex.core.service import MemoryService
@@ -18,6 +18,7 @@ from ferrex.embed.bm25 import Bm25Encoder
 from ferrex.embed.embedder import FastEmbedEmbedder
 from ferrex.embed.models import BUNDLED_MODEL, BUNDLED_VARIANT, EMBEDDING_TIERS, tier_for_model
 from ferrex.embed.reranker import FastEmbedReranker
+from ferrex.store import edge_disk
 from ferrex.store.edge import EdgeIndex
 from ferrex.store.sqlite import SqliteStore
 
@@ -218,6 +219,21 @@ def build_service(
 ) -> MemoryService:
     options = options or Options()
     ensure_data_dir(settings.data_dir)
+    try:
+        # Before SQLite or the engine touches the disk: the index's files backed, and room
+        # for SQLite's own (store/edge_disk.py). The server stays up, answering this error.
+        edge_disk.require_free(
+            settings.data_dir,
+            edge_disk.unbacked_bytes(settings.index_path) + edge_disk.OPEN_MARGIN_BYTES,
+            "opening the memory store",
+        )
+        return _build_service(settings, options, index_mode)
+    except StorageSpaceError as exc:
+        log.error("the disk holding the store is full", data_dir=str(settings.data_dir))
+        raise storage_full(exc, opening=True) from exc
+
+
+def _build_service(settings: Settings, options: Options, index_mode: str | None) -> MemoryService:
     meta = SqliteStore(settings.db_path)
     pinned = meta.get_meta(PIN_NAME)
     variant = meta.get_meta(PIN_VARIANT) or ""

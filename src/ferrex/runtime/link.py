@@ -45,7 +45,7 @@ from ferrex.core.errors import FerrexError
 # start-up) does not import the engine.
 ENGINE_OPS = (
     *("store", "recall", "forget", "reflect", "stats"),
-    *("ping", "hello", "doctor", "export", "import", "rebuild", "memory", "namespaces"),
+    *("ping", "hello", "init", "doctor", "export", "import", "rebuild", "memory", "namespaces"),
     *("browse", "history", "activity"),  # the memory browser's reads (ferrex ui)
 )
 

@@ -139,6 +139,16 @@ def disk_full(exc: BaseException) -> bool:
     return False
 
 
+def _space_error(exc: BaseException) -> errors.StorageSpaceError | None:
+    """The space check that refused (how much is needed), if one did."""
+    current: BaseException | None = exc
+    for _ in range(8):
+        if current is None or isinstance(current, errors.StorageSpaceError):
+            return current
+        current = current.__cause__ or current.__context__
+    return None
+
+
 def dispatch(
     service: MemoryService, op: str, arguments: dict[str, Any], key: str | None = None
 ) -> Any:
@@ -157,11 +167,7 @@ def dispatch(
             operation=op,
             error=repr(exc)[:300],
         )
-        raise FerrexError(
-            errors.STORAGE_FULL,
-            "the disk holding the memory store is full: nothing was stored. Free some space on "
-            "it (or move the data dir to a larger disk) and try again; recall still answers.",
-        ) from exc
+        raise errors.storage_full(_space_error(exc)) from exc
 
 
 def _dispatch(
@@ -171,6 +177,9 @@ def _dispatch(
         return run_tool(service, op, arguments, key)
     if op == "ping":
         return {"ok": True}
+    if op == "init":  # what a server's first start does: the model pinned, the index created
+        service.ensure_ready()
+        return run_tool(service, "stats", arguments)
     if op == "hello":
         return hello(service, arguments)
     if op == "doctor":

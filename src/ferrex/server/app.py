@@ -12,7 +12,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -67,6 +67,11 @@ class FerrexMcp:
         # engine opens only then (see ``serve_stdio``).
         self.wanted = anyio.Event()
         self.failure: FerrexError | None = None
+        # Opens the store again when it could not open for lack of disk space (set by
+        # ``serve_stdio``): each call tries, so the server recovers once space is back.
+        self.reopen: Callable[[], Awaitable[None]] | None = None
+        self.on_reopened: Callable[[], None] | None = None
+        self._reopening = anyio.Lock()
         self.server: Server[Any] = Server(
             "ferrex",
             version=__version__,
@@ -81,6 +86,27 @@ class FerrexMcp:
             on_list_prompts=self._list_prompts,
             on_get_prompt=self._get_prompt,
         )
+
+    async def _retry_open(self) -> None:
+        """The store could not open for lack of disk space: try again (space may be back)."""
+        failure = self.failure
+        if failure is None or failure.code != errors.STORAGE_FULL or self.reopen is None:
+            return
+        async with self._reopening:
+            if self.failure is not failure:
+                return  # another call reopened it (or failed again) meanwhile
+            try:
+                await self.reopen()
+            except FerrexError as exc:
+                self.failure = exc
+                return
+            except Exception as exc:  # keep answering the error the agent can act on
+                log.error("reopening the store failed", error=repr(exc)[:300])
+                return
+            self.failure = None
+            log.info("the store opened: the disk holding it has room again")
+            if self.on_reopened is not None:
+                self.on_reopened()
 
     async def _list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
         self.wanted.set()
@@ -101,6 +127,7 @@ class FerrexMcp:
         op, arguments = resources.resource_call(uri, self.default_namespace)
         self.wanted.set()
         await self.ready.wait()
+        await self._retry_open()
         try:
             if self.failure is not None:
                 raise self.failure
@@ -135,6 +162,7 @@ class FerrexMcp:
             )
         self.wanted.set()
         await self.ready.wait()
+        await self._retry_open()
         if self.failure is not None:
             return tool_error(self.failure)
         arguments = params.arguments if params.arguments is not None else {}
@@ -156,8 +184,10 @@ async def serve_stdio(
     default_namespace: str = "default",
     max_limit: int = 200,
     announce: Callable[[], None] | None = None,
+    on_reopened: Callable[[], None] | None = None,
 ) -> None:
     app = FerrexMcp(backend, default_namespace, max_limit)
+    app.on_reopened = on_reopened
 
     async def start_backend(task_group: anyio.abc.TaskGroup) -> None:
         # Opening the engine (imports, the store, the model's warm-up) holds the GIL for
@@ -177,8 +207,11 @@ async def serve_stdio(
         except FerrexError as exc:
             # A refusal the agent can act on (model mismatch, unusable store): keep the session
             # and answer every tool call with it, so the client shows the message instead of a
-            # dead server; the exit status at end of input is still non-zero.
+            # dead server; the exit status at end of input is still non-zero. A disk too full
+            # to open the store on is retried at every call.
             app.failure = exc
+            if exc.code == errors.STORAGE_FULL:
+                app.reopen = lambda: backend.start(task_group)
             on_fatal(exc)
         except anyio.get_cancelled_exc_class():
             raise
@@ -252,6 +285,10 @@ def run(
         sys.stderr.write(f"error: {message}\n")  # the operator's one line; stdout is protocol
         sys.stderr.flush()
 
+    def reopened() -> None:
+        nonlocal exit_code
+        exit_code = 0
+
     with contextlib.suppress(KeyboardInterrupt):
-        anyio.run(serve_stdio, backend, fatal, default_namespace, max_limit, announce)
+        anyio.run(serve_stdio, backend, fatal, default_namespace, max_limit, announce, reopened)
     return exit_code

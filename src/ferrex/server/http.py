@@ -26,7 +26,7 @@ from typing import Any
 import anyio
 import structlog
 
-from ferrex.core.errors import FerrexError
+from ferrex.core.errors import STORAGE_FULL, FerrexError
 from ferrex.runtime.shared import SharedBackend
 from ferrex.server.app import FerrexMcp
 
@@ -226,6 +226,13 @@ async def serve_http(
     status = 0
     async with anyio.create_task_group() as tasks:
 
+        def reopened() -> None:
+            nonlocal status
+            status = 0
+            ui.failure = None  # the store opened once the disk had room: pages answer again
+
+        mcp.on_reopened = reopened
+
         async def start_backend() -> None:
             nonlocal status
             try:
@@ -233,6 +240,8 @@ async def serve_http(
             except FerrexError as exc:
                 # Every call (and page) answers with the refusal; the server stays up.
                 mcp.failure = ui.failure = exc
+                if exc.code == STORAGE_FULL:  # retried at each call: the disk may have room
+                    mcp.reopen = lambda: backend.start(tasks)
                 status = 2
                 sys.stderr.write(f"error: {exc.message}\n")
             except SystemExit as exc:  # e.g. the exact Qdrant fail-fast line, already said

@@ -5,10 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import threading
-import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from itertools import islice
@@ -19,7 +16,6 @@ import numpy as np
 import qdrant_edge as q
 import structlog
 
-from ferrex.core.clock import to_iso
 from ferrex.core.ids import point_id
 from ferrex.core.indexing import (
     DATETIME_FIELDS,
@@ -29,6 +25,14 @@ from ferrex.core.indexing import (
 )
 from ferrex.core.ports import IndexFilter, IndexHit, IndexPoint, IndexStats, SparseVec, Vector
 from ferrex.core.retrieval import hit_order
+from ferrex.store import edge_disk
+from ferrex.store.edge_build import (
+    OPTIMIZE_MIN_UNINDEXED,
+    BackgroundOptimizer,
+    _old_path,
+    _recover_swap,
+)
+from ferrex.store.edge_filter import index_filter, namespace_filter, sparse_vector
 
 log = structlog.get_logger("ferrex.index")
 
@@ -43,13 +47,6 @@ _KNOWN_POINTS = 50_000
 _TYPES = {name: name for name in ("episodic", "semantic", "procedural")}
 # A point id as the engine returns it (ferrex's are UUIDs).
 _EngineId = uuid.UUID | int | str
-
-
-# The engine never builds its HNSW index by itself, and optimize() holds the GIL for as long as
-# it runs (minutes at 100k points), so ferrex builds it in a CHILD process on a copy of the shard
-# and swaps the copy in (see BackgroundOptimizer below).
-OPTIMIZE_MIN_UNINDEXED = 20_000  # dense vectors outside an HNSW index before a build starts
-OPTIMIZE_CHECK_SECONDS = 30.0
 
 
 class IndexLockedError(Exception):
@@ -97,7 +94,7 @@ class EdgeIndex:
     @staticmethod
     def _load(path: Path) -> q.EdgeShard:
         try:
-            return q.EdgeShard.load(str(path))
+            return edge_disk.load_checked(path)
         except Exception as exc:  # the engine raises a bare Exception
             if "WouldBlock" in str(exc):
                 raise IndexLockedError("the vector index is open in another process") from exc
@@ -128,7 +125,10 @@ class EdgeIndex:
                 vectors=vectors,
                 sparse_vectors={SPARSE: q.EdgeSparseVectorParams(modifier=q.Modifier.Idf)},
             )
-            shard = q.EdgeShard.create(str(self.path), config)
+            edge_disk.require_free(
+                self.path.parent, edge_disk.FRESH_SHARD_BYTES, "creating the memory store"
+            )
+            shard = edge_disk.create_shard(self.path, config)
             for name in KEYWORD_FIELDS:
                 shard.update(
                     q.UpdateOperation.create_field_index(name, q.PayloadSchemaType.Keyword)
@@ -141,6 +141,8 @@ class EdgeIndex:
                 shard.update(
                     q.UpdateOperation.create_field_index(name, q.PayloadSchemaType.Integer)
                 )
+            shard.flush()
+            edge_disk.check_created(self.path, shard)
             self._shard = shard
             self._late = late_interaction
 
@@ -188,13 +190,13 @@ class EdgeIndex:
         gone = set(memory_ids)
         with self._lock:
             self._forget_known([known[0] for known in self._known.values() if known[1] in gone])
-        self._apply(q.UpdateOperation.delete_points_by_filter(flt))
+        self._apply(q.UpdateOperation.delete_points_by_filter(flt), grows=False)
 
     def delete_points(self, point_ids: Sequence[str]) -> None:
         if not point_ids or self._shard is None:
             return
         self._forget_known(point_ids)
-        self._apply(q.UpdateOperation.delete_points(list(point_ids)))
+        self._apply(q.UpdateOperation.delete_points(list(point_ids)), grows=False)
 
     def _forget_known(self, point_ids: Sequence[str]) -> None:
         with self._lock:
@@ -241,7 +243,13 @@ class EdgeIndex:
         flt = q.Filter(must=[q.FieldCondition("memory_id", match=q.MatchValue(memory_id))])
         self._apply(q.UpdateOperation.set_payload_by_filter(flt, payload))
 
-    def _apply(self, operation: q.UpdateOperation) -> None:
+    def _apply(self, operation: q.UpdateOperation, *, grows: bool = True) -> None:
+        """One engine update, refused (``StorageSpaceError``) unless the disk has room for the
+        pages the engine may touch in it: its files' holes and what it may add (store/
+        edge_disk.py; a delete adds its log only). The check walks the shard's files: ~3 ms
+        for a 10k store's 150."""
+        extra = edge_disk.GROWTH_BYTES if grows else 2 * edge_disk.WAL_SEGMENT_BYTES
+        edge_disk.require_backing(self.path, "a write to the memory store", extra)
         with self._lock:
             self.shard.update(operation)
             if self._pending is not None:
@@ -286,7 +294,7 @@ class EdgeIndex:
                     q.QueryRequest(
                         limit=limit,
                         query=q.Query.Nearest(tokens.astype(np.float32).tolist(), using=TOKENS),
-                        filter=_filter(flt),
+                        filter=index_filter(flt),
                         with_payload=False,
                     )
                 )
@@ -295,7 +303,7 @@ class EdgeIndex:
                     q.QueryRequest(
                         limit=limit,
                         query=q.Query.Nearest(vector, using=DENSE),
-                        filter=_filter(flt),
+                        filter=index_filter(flt),
                         params=q.SearchParams(hnsw_ef=hnsw_ef),
                         with_payload=False,
                     )
@@ -304,9 +312,9 @@ class EdgeIndex:
                 requests.append(
                     q.QueryRequest(
                         limit=limit,
-                        query=q.Query.Nearest(_sparse(sparse), using=SPARSE),
-                        filter=_filter(flt),
-                        params=q.SearchParams(idf=q.IdfParams(corpus=_namespace_filter(flt))),
+                        query=q.Query.Nearest(sparse_vector(sparse), using=SPARSE),
+                        filter=index_filter(flt),
+                        params=q.SearchParams(idf=q.IdfParams(corpus=namespace_filter(flt))),
                         with_payload=False,
                     )
                 )
@@ -322,7 +330,7 @@ class EdgeIndex:
         request = q.QueryRequest(
             limit=limit,
             query=q.Query.Nearest(vector_floats(dense), using=DENSE),
-            filter=_filter(flt),
+            filter=index_filter(flt),
             params=q.SearchParams(hnsw_ef=hnsw_ef),
             with_payload=False,
         )
@@ -338,7 +346,7 @@ class EdgeIndex:
             q.QueryRequest(
                 limit=limit,
                 query=q.Query.Nearest(vector_floats(dense), using=DENSE),
-                filter=_filter(flt),
+                filter=index_filter(flt),
                 params=q.SearchParams(hnsw_ef=hnsw_ef),
                 with_payload=False,
             )
@@ -353,9 +361,9 @@ class EdgeIndex:
             return []
         request = q.QueryRequest(
             limit=limit,
-            query=q.Query.Nearest(_sparse(sparse), using=SPARSE),
-            filter=_filter(flt),
-            params=q.SearchParams(idf=q.IdfParams(corpus=_namespace_filter(flt))),
+            query=q.Query.Nearest(sparse_vector(sparse), using=SPARSE),
+            filter=index_filter(flt),
+            params=q.SearchParams(idf=q.IdfParams(corpus=namespace_filter(flt))),
             with_payload=False,
         )
         with self._lock:
@@ -468,10 +476,8 @@ class EdgeIndex:
             return bool(self.shard.optimize())
 
     def size_bytes(self) -> int:
-        if not self.path.exists():
-            return 0
-        # Disk actually used: the engine preallocates sparse files (32 MiB pages, WAL).
-        return sum(f.stat().st_blocks * 512 for f in self.path.rglob("*") if f.is_file())
+        """Disk used (the engine's files are pre-sized and sparse: their holes take none)."""
+        return edge_disk.written_bytes(self.path)
 
     def flush(self) -> None:
         if self._shard is not None:
@@ -484,6 +490,8 @@ class EdgeIndex:
             if self._shard is not None:
                 try:
                     self._shard.flush()
+                except Exception as exc:  # e.g. a full disk: the engine's log replays it
+                    log.error("flushing the vector index failed", error=str(exc)[:300])
                 finally:
                     self._shard.close()
                     self._shard = None
@@ -515,6 +523,7 @@ class EdgeIndex:
     def swap_in(self, built: Path) -> int:
         """Replace the live shard with the optimized copy at ``built``, after replaying onto it
         every update applied since the copy was taken. Returns the updates replayed."""
+        edge_disk.require_backing(built, "the background index build")  # before it goes live
         staged = q.EdgeShard.load(str(built))
         replayed = 0
         try:
@@ -559,125 +568,6 @@ class EdgeIndex:
             self._pending = None
 
 
-class BackgroundOptimizer:
-    """Builds the dense HNSW index off the request path.
-
-    When at least ``min_unindexed`` dense vectors are outside an HNSW graph, the shard's files
-    are copied (under the index lock, after a flush: about a second at 100k points) and a child
-    process (lowest CPU priority) loads the copy and runs ``optimize()`` there: the engine holds
-    ITS GIL for minutes, never ours, so tool calls and protocol pings keep flowing. Updates
-    applied meanwhile are recorded, replayed onto the copy, and the copy replaces the live shard
-    under the lock (a directory rename; a crash in between leaves the live shard, see
-    ``_recover_swap``). ``min_unindexed`` 0 disables it.
-    """
-
-    def __init__(self, index: EdgeIndex, min_unindexed: int) -> None:
-        self.index = index
-        self.min_unindexed = min_unindexed
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
-        self._child: subprocess.Popen[bytes] | None = None
-        self.builds = 0
-        self.last_build_seconds: float | None = None
-        self.last_error: str | None = None
-        self.building = False
-
-    def status(self) -> dict[str, Any]:
-        return {
-            "enabled": self.min_unindexed > 0,
-            "building": self.building,
-            "builds": self.builds,
-            "last_build_seconds": self.last_build_seconds,
-            "last_error": self.last_error,
-        }
-
-    def start(self, check_seconds: float = OPTIMIZE_CHECK_SECONDS) -> None:
-        if self.min_unindexed <= 0 or self._thread is not None:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(
-            target=self._run, args=(check_seconds,), name="ferrex-index", daemon=True
-        )
-        self._thread.start()
-
-    def _run(self, check_seconds: float) -> None:
-        while not self._stop.wait(check_seconds):
-            try:
-                if self.index.unindexed_vectors() >= self.min_unindexed:
-                    self.build()
-            except Exception as exc:  # a background thread: one log line, keep serving
-                self.last_error = str(exc)[:200]
-                log.warning("background index build failed", error=self.last_error)
-
-    def build(self) -> bool:
-        """One build, now, in the calling thread (the child does the work). False: cancelled."""
-        target = self.index.path.parent / f"{self.index.path.name}.building"
-        shutil.rmtree(target, ignore_errors=True)
-        started = time.monotonic()
-        self.building = True
-        try:
-            self.index.snapshot_for_build(target)
-            code = (
-                "import os, sys, qdrant_edge as q; os.nice(19); "
-                "s = q.EdgeShard.load(sys.argv[1]); s.optimize(); s.flush(); s.close()"
-            )
-            self._child = subprocess.Popen(
-                [sys.executable, "-c", code, str(target)],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-            )
-            _, stderr = self._child.communicate()
-            status = self._child.returncode
-            self._child = None
-            if self._stop.is_set():
-                self.index.abandon_build()
-                return False
-            if status != 0:
-                raise RuntimeError(
-                    f"index build exited {status}: {stderr.decode(errors='replace')[-200:]}"
-                )
-            replayed = self.index.swap_in(target)
-            self.builds += 1
-            self.last_build_seconds = round(time.monotonic() - started, 1)
-            self.last_error = None
-            log.info(
-                "dense HNSW index built in the background",
-                seconds=self.last_build_seconds,
-                replayed=replayed,
-            )
-            return True
-        except BaseException:
-            self.index.abandon_build()
-            raise
-        finally:
-            self.building = False
-            shutil.rmtree(target, ignore_errors=True)
-
-    def cancel(self) -> None:
-        self._stop.set()
-        child = self._child
-        if child is not None and child.poll() is None:
-            child.kill()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=30)
-        self._thread = None
-
-
-def _old_path(path: Path) -> Path:
-    return path.parent / f"{path.name}.replaced"
-
-
-def _recover_swap(path: Path) -> None:
-    """A crash between the two renames of a swap leaves no live shard but the replaced one:
-    put it back (the built copy is discarded; the next build starts again)."""
-    old = _old_path(path)
-    if not path.exists() and old.exists():
-        os.rename(old, path)
-    shutil.rmtree(path.parent / f"{path.name}.building", ignore_errors=True)
-
-
 def _has_channel(path: Path, name: str) -> bool:
     """Whether the shard's collection has the named vector (the engine's own config file,
     which it writes at creation and again on every load)."""
@@ -699,77 +589,3 @@ def _engine_id(point_id: str) -> _EngineId:
         return uuid.UUID(point_id)
     except ValueError:
         return point_id
-
-
-def _sparse(vec: SparseVec) -> q.SparseVector:
-    return q.SparseVector(list(vec.indices), list(vec.values))
-
-
-def _namespace_filter(flt: IndexFilter) -> q.Filter:
-    return q.Filter(must=[q.FieldCondition("namespace", match=q.MatchValue(flt.namespace))])
-
-
-def _match(values: list[str]) -> Any:
-    """One value: ``MatchValue``, which the engine evaluates faster than the same ``MatchAny``
-    (a duplicate check's filter at 10,000 points: 2.8 -> 2.0 ms)."""
-    return q.MatchValue(values[0]) if len(values) == 1 else q.MatchAny(values)
-
-
-def _filter(flt: IndexFilter) -> q.Filter:
-    must: list[Any] = [q.FieldCondition("namespace", match=q.MatchValue(flt.namespace))]
-    chosen: list[Any] = []
-    if flt.memory_ids is not None:
-        chosen.append(q.FieldCondition("memory_id", match=q.MatchAny(list(flt.memory_ids))))
-    if flt.point_ids is not None:
-        chosen.append(q.HasIdCondition(set(flt.point_ids)))
-    if chosen:
-        must.append(chosen[0] if len(chosen) == 1 else q.Filter(should=chosen))
-    if flt.model is not None:
-        must.append(q.FieldCondition("model", match=q.MatchValue(flt.model)))
-    if flt.types:
-        must.append(q.FieldCondition("type", match=_match(list(flt.types))))
-    if flt.entity_ids is not None:
-        values = [str(e) for e in flt.entity_ids] or ["__none__"]
-        must.append(q.FieldCondition("entities", match=_match(values)))
-    current = q.IsEmptyCondition("t_invalid")  # "empty" = null or absent
-    ranged = flt.time_after is not None or flt.time_before is not None
-    if ranged:
-        after = to_iso(flt.time_after) if flt.time_after else None
-        before = to_iso(flt.time_before) if flt.time_before else None
-        semantic = q.FieldCondition("type", match=q.MatchValue("semantic"))
-        # Events and procedures: their time inside the range (and current, unless asked).
-        others: list[Any] = [q.FieldCondition("time", range=q.RangeDateTime(gte=after, lte=before))]
-        if flt.as_of is None and flt.validity == "current":
-            others.append(current)
-        # Facts: valid at some moment of the range, superseded since or not (spec: historical
-        # queries "specify a time range to include invalidated facts").
-        facts: list[Any] = [semantic]
-        if before is not None:
-            facts.append(q.FieldCondition("t_valid", range=q.RangeDateTime(lte=before)))
-        if after is not None:
-            facts.append(
-                q.Filter(
-                    should=[
-                        current,
-                        q.FieldCondition("t_invalid", range=q.RangeDateTime(gt=after)),
-                    ]
-                )
-            )
-        must.append(
-            q.Filter(should=[q.Filter(must=others, must_not=[semantic]), q.Filter(must=facts)])
-        )
-    if flt.as_of is not None:
-        moment = to_iso(flt.as_of)
-        must.append(q.FieldCondition("t_valid", range=q.RangeDateTime(lte=moment)))
-        must.append(
-            q.Filter(
-                should=[
-                    q.IsEmptyCondition("t_invalid"),
-                    q.FieldCondition("t_invalid", range=q.RangeDateTime(gt=moment)),
-                ]
-            )
-        )
-    elif flt.validity == "current" and not ranged:
-        # "Empty" = null or absent: a payload refresh with t_invalid=None drops the key.
-        must.append(current)
-    return q.Filter(must=must)
