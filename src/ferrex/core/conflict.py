@@ -145,6 +145,32 @@ def decide(
         return decision
     if not current:
         return ConflictDecision(Outcome.NEW)
+    similarity, closest = _closest(
+        incoming_object,
+        current,
+        different_threshold=different_threshold,
+        duplicate_threshold=duplicate_threshold,
+        embedding_cosine=embedding_cosine,
+    )
+    threshold = (
+        embedding_duplicate_threshold if similarity.method == "embedding" else duplicate_threshold
+    )
+    if similarity.score >= threshold:
+        return ConflictDecision(Outcome.DUPLICATE, similarity, duplicate_of=closest)
+    if multi_valued:
+        return ConflictDecision(Outcome.MULTI_VALUED, similarity)
+    return _replace_or_keep(similarity, current, history, incoming_confidence, incoming_t_valid)
+
+
+def _closest(
+    incoming_object: str,
+    current: Sequence[Memory],
+    *,
+    different_threshold: float,
+    duplicate_threshold: float,
+    embedding_cosine: Callable[[str, str], float],
+) -> tuple[ObjectSimilarity, Memory]:
+    """The current fact whose value is most like the incoming one, and how alike."""
     best: tuple[ObjectSimilarity, Memory] | None = None
     for fact in current:
         similarity = object_similarity(
@@ -157,14 +183,18 @@ def decide(
         if best is None or similarity.score > best[0].score:
             best = (similarity, fact)
     assert best is not None
-    similarity, closest = best
-    threshold = (
-        embedding_duplicate_threshold if similarity.method == "embedding" else duplicate_threshold
-    )
-    if similarity.score >= threshold:
-        return ConflictDecision(Outcome.DUPLICATE, similarity, duplicate_of=closest)
-    if multi_valued:
-        return ConflictDecision(Outcome.MULTI_VALUED, similarity)
+    return best
+
+
+def _replace_or_keep(
+    similarity: ObjectSimilarity,
+    current: Sequence[Memory],
+    history: Sequence[Memory],
+    incoming_confidence: float,
+    incoming_t_valid: datetime,
+) -> ConflictDecision:
+    """A different value of a single-valued predicate: history (the current one is newer), a
+    contradiction (the current one is more confident), or the new current value."""
     newer = [f for f in current if f.t_valid is not None and f.t_valid > incoming_t_valid]
     if newer:
         # The incoming value was true before the current one: keep it as history, ending where
@@ -179,8 +209,7 @@ def decide(
             new_t_invalid=earliest.t_valid,
             superseded_by_existing=earliest,
         )
-    stronger = [f for f in current if f.confidence > incoming_confidence]
-    if stronger:
+    if any(f.confidence > incoming_confidence for f in current):
         return ConflictDecision(Outcome.CONTRADICTION, similarity, contradicts=list(current))
     return ConflictDecision(Outcome.SUPERSEDED, similarity, invalidate=list(current))
 

@@ -206,29 +206,7 @@ class Store:
         )
         subject_name = None
         if memory_type is MemoryType.SEMANTIC:
-            memory.subject = request.subject
-            memory.predicate = request.predicate
-            memory.object = request.object
-            memory.t_valid = request.t_valid or request.timestamp or now
-            memory.event_time = memory.t_valid
-            if request.t_invalid is not None:
-                if request.supersedes is not None:
-                    raise FerrexError(
-                        errors.INVALID_PARAMS,
-                        "store: a fact given with t_invalid is history and cannot supersede "
-                        "another memory; drop one of the two",
-                        field="t_invalid",
-                    )
-                if request.t_invalid > now:
-                    raise FerrexError(
-                        errors.INVALID_PARAMS,
-                        "store: t_invalid is in the future, so the fact is still true now: "
-                        "store it without t_invalid (it is current) and supersede it when it "
-                        "ends",
-                        field="t_invalid",
-                    )
-                if _dated(request) and request.t_invalid <= memory.t_valid:
-                    raise _ends_before_start()
+            _fill_fact(memory, request, now)
             subject_name = request.subject
         elif memory_type is MemoryType.PROCEDURAL:
             memory.name = request.name
@@ -1118,6 +1096,34 @@ def unused_fields(request: StoreRequest, memory_type: MemoryType) -> list[str]:
             continue
         out.append(name)
     return out
+
+
+def _fill_fact(memory: Memory, request: StoreRequest, now: datetime) -> None:
+    """A fact's triple and validity; a history fact (``t_invalid``) checked against them."""
+    memory.subject = request.subject
+    memory.predicate = request.predicate
+    memory.object = request.object
+    memory.t_valid = request.t_valid or request.timestamp or now
+    memory.event_time = memory.t_valid
+    if request.t_invalid is None:
+        return
+    if request.supersedes is not None:
+        raise FerrexError(
+            errors.INVALID_PARAMS,
+            "store: a fact given with t_invalid is history and cannot supersede "
+            "another memory; drop one of the two",
+            field="t_invalid",
+        )
+    if request.t_invalid > now:
+        raise FerrexError(
+            errors.INVALID_PARAMS,
+            "store: t_invalid is in the future, so the fact is still true now: "
+            "store it without t_invalid (it is current) and supersede it when it "
+            "ends",
+            field="t_invalid",
+        )
+    if _dated(request) and request.t_invalid <= memory.t_valid:
+        raise _ends_before_start()
 
 
 def _dated(request: StoreRequest) -> bool:
