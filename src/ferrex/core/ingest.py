@@ -400,17 +400,7 @@ class Store:
         memory = item.memory
         request = item.request
         namespace = memory.namespace
-        superseded_target: Memory | None = None
-        if request.supersedes is not None:
-            superseded_target = self.meta.get_memory(request.supersedes)
-            if superseded_target is None or superseded_target.namespace != namespace:
-                raise FerrexError(
-                    errors.NOT_FOUND,
-                    f"store: supersedes refers to an unknown memory id '{request.supersedes}' in "
-                    f"namespace '{namespace}'; find the id with recall. Nothing was stored.",
-                    id=request.supersedes,
-                )
-            self._check_supersede_target(memory, superseded_target)
+        superseded_target = self._supersede_target(memory, request.supersedes)
         resolutions = self._resolve_entities(namespace, item.entity_names, now, item.name_vectors)
         memory.entity_ids = list(
             dict.fromkeys(r.entity_id for r in resolutions if r.entity_id is not None)
@@ -462,25 +452,7 @@ class Store:
             # Spec Layer 3: an explicit supersede validates the subject area it touches.
             self.meta.update_memory_fields(superseded_target.id, last_validated=now)
             result.superseded = sorted({*result.superseded, superseded_target.id})
-        cited = _cited_memory(request.source)
-        if cited is not None and cited != memory.id:
-            target = self.meta.get_memory(cited)
-            if target is None or target.namespace != namespace:
-                result.warnings.append(
-                    f"source memory:{cited[:40]} is not a memory of this namespace: nothing was "
-                    "validated (the memory was stored)"
-                )
-            else:
-                self.meta.update_memory_fields(cited, last_validated=now)
-                self.meta.audit(
-                    namespace,
-                    "validate",
-                    now,
-                    memory_id=cited,
-                    other_id=memory.id,
-                    detail={"reason": "cited as source"},
-                )
-                result.validated = [cited]
+        self._validate_cited(memory, request.source, now, result)
         self.meta.audit(
             namespace, "store", now, memory_id=memory.id, detail={"type": memory.type.value}
         )
@@ -498,6 +470,46 @@ class Store:
         result.chunks = memory.chunk_count
         result.pinned = memory.pinned
         return result
+
+    def _supersede_target(self, memory: Memory, supersedes: str | None) -> Memory | None:
+        """The memory ``supersedes`` names (in this namespace, of a type it may replace)."""
+        if supersedes is None:
+            return None
+        target = self.meta.get_memory(supersedes)
+        if target is None or target.namespace != memory.namespace:
+            raise FerrexError(
+                errors.NOT_FOUND,
+                f"store: supersedes refers to an unknown memory id '{supersedes}' in "
+                f"namespace '{memory.namespace}'; find the id with recall. Nothing was stored.",
+                id=supersedes,
+            )
+        self._check_supersede_target(memory, target)
+        return target
+
+    def _validate_cited(
+        self, memory: Memory, source: str | None, now: datetime, result: StoreOutcome
+    ) -> None:
+        """``source: "memory:<id>"`` confirms that memory (last_validated), or warns."""
+        cited = _cited_memory(source)
+        if cited is None or cited == memory.id:
+            return
+        target = self.meta.get_memory(cited)
+        if target is None or target.namespace != memory.namespace:
+            result.warnings.append(
+                f"source memory:{cited[:40]} is not a memory of this namespace: nothing was "
+                "validated (the memory was stored)"
+            )
+            return
+        self.meta.update_memory_fields(cited, last_validated=now)
+        self.meta.audit(
+            memory.namespace,
+            "validate",
+            now,
+            memory_id=cited,
+            other_id=memory.id,
+            detail={"reason": "cited as source"},
+        )
+        result.validated = [cited]
 
     def _check_supersede_target(self, memory: Memory, target: Memory) -> None:
         """An explicit supersede replaces a current memory of the same type: replacing a value
@@ -812,14 +824,12 @@ class Store:
         batch_vectors: Sequence[tuple[_Prepared, Vector]],
         out: StoreOutcome,
     ) -> _Fact:
-        memory = item.memory
-        request = item.request
-        namespace = memory.namespace
-        normalizer = self.normalizer(namespace)
+        memory, request = item.memory, item.request
+        normalizer = self.normalizer(memory.namespace)
         existing_predicates: list[str] = []
         if memory.subject_entity_id is not None:
             existing_predicates = self.meta.predicates_of_subject(
-                namespace, memory.subject_entity_id
+                memory.namespace, memory.subject_entity_id
             )
         resolution = normalizer.resolve(request.predicate or "", existing_predicates)
         memory.predicate_canonical = resolution.canonical
@@ -830,37 +840,7 @@ class Store:
             return _Fact()
         facts = self._facts_of(memory, resolution.canonical)
         if request.t_invalid is not None:
-            # A fact the caller says has ended is history as given: it changes no current fact.
-            if not _dated(request):
-                # Without t_valid, the fact ending is the stored one with this value (the
-                # current one first): it ends using its own t_valid.
-                _adopt_start(memory, facts, request.t_invalid)
-            known = self._known_interval(memory, facts, request.t_invalid)
-            if (
-                known is not None
-                and known.t_invalid is None
-                and request.t_invalid > (known.t_valid or known.event_time)
-            ):
-                # The current value, now said to have ended: it becomes history at t_invalid
-                # (how a fact ends without inventing a replacement value).
-                ended = StoreOutcome(
-                    known.id,
-                    MemoryType.SEMANTIC,
-                    namespace,
-                    Outcome.ENDED,
-                    t_invalid=request.t_invalid,
-                )
-                return _Fact(answer=ended, end=(known, request.t_invalid))
-            if known is not None:
-                return _Fact(answer=_known_history(known))
-            if request.t_invalid <= (memory.t_valid or now):
-                raise _ends_before_start()
-            memory.t_invalid = request.t_invalid
-            out.status = Outcome.HISTORICAL
-            self.meta.audit(
-                namespace, "historical", now, memory_id=memory.id, detail={"reason": "t_invalid"}
-            )
-            return _Fact()
+            return self._ended(item, facts, request.t_invalid, now, out)
         decision, current = self._decide_fact(memory, request, resolution.canonical, now, facts)
         alike = conflicts.look_alikes(
             decision,
@@ -877,12 +857,73 @@ class Store:
             out.predicate_resolved_by = resolution.method
             decision, current = self._decide_fact(memory, request, resolution.canonical, now, facts)
             out.possible_alias = [_possible_alias(a) for a in alike]
-        if decision.outcome is conflicts.Outcome.NEW and not alike:
-            # A near-duplicate triple under another predicate is refused loudly, with its id:
-            # the triple's cosine cannot tell "db version" (the same relation, reworded) from
-            # "previous release version" (another one), so the agent decides (supersedes=id).
-            self._dedup(item, batch_vectors)
-            return _Fact()
+        if decision.outcome is conflicts.Outcome.NEW:
+            if not alike:
+                # A near-duplicate triple under another predicate is refused loudly, with its
+                # id: the triple's cosine cannot tell "db version" (the same relation, reworded)
+                # from "previous release version" (another one), so the agent decides
+                # (supersedes=id).
+                self._dedup(item, batch_vectors)
+            return _Fact()  # (with look-alikes: new beside them)
+        if decision.outcome is conflicts.Outcome.DUPLICATE:
+            return self._confirmed(memory, decision, now)
+        _set_similarity(out, decision.similarity)
+        canonical = resolution.canonical
+        return self._apply_decision(memory, decision, current, facts, canonical, now, out)
+
+    def _ended(
+        self,
+        item: _Prepared,
+        facts: list[Memory],
+        t_invalid: datetime,
+        now: datetime,
+        out: StoreOutcome,
+    ) -> _Fact:
+        """A fact the caller says has ended is history as given: it changes no current fact
+        (or, for the current value itself, ends it)."""
+        memory, request = item.memory, item.request
+        if not _dated(request):
+            # Without t_valid, the fact ending is the stored one with this value (the current
+            # one first): it ends using its own t_valid.
+            _adopt_start(memory, facts, t_invalid)
+        known = self._known_interval(memory, facts, t_invalid)
+        if (
+            known is not None
+            and known.t_invalid is None
+            and t_invalid > (known.t_valid or known.event_time)
+        ):
+            # The current value, now said to have ended: it becomes history at t_invalid (how
+            # a fact ends without inventing a replacement value).
+            ended = StoreOutcome(
+                known.id, MemoryType.SEMANTIC, memory.namespace, Outcome.ENDED, t_invalid=t_invalid
+            )
+            return _Fact(answer=ended, end=(known, t_invalid))
+        if known is not None:
+            return _Fact(answer=_known_history(known))
+        if t_invalid <= (memory.t_valid or now):
+            raise _ends_before_start()
+        memory.t_invalid = t_invalid
+        out.status = Outcome.HISTORICAL
+        self.meta.audit(
+            memory.namespace,
+            "historical",
+            now,
+            memory_id=memory.id,
+            detail={"reason": "t_invalid"},
+        )
+        return _Fact()
+
+    def _confirmed(
+        self, memory: Memory, decision: conflicts.ConflictDecision, now: datetime
+    ) -> _Fact:
+        """The value is already known: the existing fact is confirmed (last_validated), not
+        changed (updated_at would restart the retention window of a superseded duplicate)."""
+        existing = decision.duplicate_of
+        assert existing is not None
+        updates: dict[str, Any] = {"last_validated": now}
+        if memory.confidence > existing.confidence:
+            updates["confidence"] = memory.confidence
+        self.meta.update_memory_fields(existing.id, **updates)
         similarity = (
             None
             if decision.similarity is None
@@ -891,48 +932,45 @@ class Store:
                 "method": decision.similarity.method,
             }
         )
-        if decision.outcome is conflicts.Outcome.NEW:  # new beside its look-alikes
-            return _Fact()
-        if decision.outcome is conflicts.Outcome.DUPLICATE:
-            existing = decision.duplicate_of
-            assert existing is not None
-            # Confirmed, not changed: last_validated only (updated_at would restart the
-            # retention window of a superseded duplicate).
-            updates: dict[str, Any] = {"last_validated": now}
-            if memory.confidence > existing.confidence:
-                updates["confidence"] = memory.confidence
-            self.meta.update_memory_fields(existing.id, **updates)
-            self.meta.audit(
-                namespace,
-                "duplicate",
-                now,
-                memory_id=existing.id,
-                detail={"incoming_object": memory.object, "similarity": similarity},
-            )
-            duplicate = StoreOutcome(
-                existing.id,
-                MemoryType.SEMANTIC,
-                namespace,
-                Outcome.DUPLICATE,
-                duplicate_of=existing.id,
-                confirmed=True,
-                confidence=max(existing.confidence, memory.confidence),
-            )
-            _set_similarity(duplicate, decision.similarity)
-            return _Fact(answer=duplicate)
-        _set_similarity(out, decision.similarity)
+        self.meta.audit(
+            memory.namespace,
+            "duplicate",
+            now,
+            memory_id=existing.id,
+            detail={"incoming_object": memory.object, "similarity": similarity},
+        )
+        duplicate = StoreOutcome(
+            existing.id,
+            MemoryType.SEMANTIC,
+            memory.namespace,
+            Outcome.DUPLICATE,
+            duplicate_of=existing.id,
+            confirmed=True,
+            confidence=max(existing.confidence, memory.confidence),
+        )
+        _set_similarity(duplicate, decision.similarity)
+        return _Fact(answer=duplicate)
+
+    def _apply_decision(
+        self,
+        memory: Memory,
+        decision: conflicts.ConflictDecision,
+        current: list[Memory],
+        facts: list[Memory],
+        canonical: str,
+        now: datetime,
+        out: StoreOutcome,
+    ) -> _Fact:
+        """A value that differs from the current ones: another of several values, history,
+        a contradiction, or the new current value."""
+        namespace = memory.namespace
         if decision.outcome is conflicts.Outcome.MULTI_VALUED:
             memory.multi_valued = True
             out.status = Outcome.STORED
             out.multi_valued = True
             out.also_current = self._tag_multi_valued(current)
-            self.meta.audit(
-                namespace,
-                "multi_valued",
-                now,
-                memory_id=memory.id,
-                detail={"also_current": out.also_current, "predicate": resolution.canonical},
-            )
+            detail = {"also_current": out.also_current, "predicate": canonical}
+            self.meta.audit(namespace, "multi_valued", now, memory_id=memory.id, detail=detail)
             return _Fact()
         if decision.outcome is conflicts.Outcome.HISTORICAL:
             assert decision.new_t_invalid is not None
@@ -951,13 +989,8 @@ class Store:
         if decision.outcome is conflicts.Outcome.CONTRADICTION:
             out.status = Outcome.CONTRADICTION
             out.contradicts = [f.id for f in decision.contradicts]
-            self.meta.audit(
-                namespace,
-                "contradiction",
-                now,
-                memory_id=memory.id,
-                detail={"contradicts": out.contradicts},
-            )
+            detail = {"contradicts": out.contradicts}
+            self.meta.audit(namespace, "contradiction", now, memory_id=memory.id, detail=detail)
             return _Fact()
         out.status = Outcome.SUPERSEDED
         out.superseded = [f.id for f in decision.invalidate]
