@@ -174,6 +174,8 @@ async def killed_mid_call(
                     os.kill(owner, signal.SIGKILL)
                 assert lock_pid(data_dir) not in (0, owner)  # the peer took over
                 after["stats"] = await call(peer, "stats", {})
+                listed = (await peer.list_tools()).model_dump_json()
+                after["tools_mention_a_key"] = "idempotency" in listed or "_key" in listed
                 if tool == "store" and "id" in answers[0]:
                     text = str(arguments["content"])
                     after["recalled"] = await recalled(peer, text, answers[0]["id"])
@@ -214,6 +216,7 @@ async def test_a_store_survives_the_engine_killed_mid_call(
     assert len(keys) == 1 and keys[0][:2] == ("store", "default"), keys
     assert answer["id"] in keys[0][2]
     assert not any("key" in name or "idempotency" in name for name in answer)
+    assert after["tools_mention_a_key"] is False  # tools/list: no tool takes a key
     if phase != "before_sqlite_commit":  # written once, by the engine that died
         audit = rows(data_dir, "SELECT memory_id FROM audit WHERE action = 'store'")
         assert audit == [(answer["id"],)]
