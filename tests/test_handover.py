@@ -67,14 +67,17 @@ async def wait_for(path: Path, seconds: float) -> None:
 # =========================================================================== staggered exits
 
 
+@pytest.mark.parametrize("how", ["stdin", "sigterm"])
 async def test_clients_stopping_at_staggered_times_fail_no_call(
-    tmp_path: Path, models_dir: Path
+    tmp_path: Path, models_dir: Path, how: str
 ) -> None:
     """Four clients, each its own ferrex, store + recall in a loop; the first (the engine)
     starts its 3 pairs once the others work and stops, the next stop after 6 and 9 pairs while
     the others keep working; the last one works until the end. Every call is answered without
     an error; every acknowledged store is in the store exactly once, with the id it was
-    acknowledged with, and recallable; the store was handed over (logged), no traceback."""
+    acknowledged with, and recallable; the store was handed over (logged), no traceback.
+    ``how`` the engine's process is stopped: its client closes stdin (the client is done), or
+    it gets SIGTERM (as a client does 2 s later, or the system at shutdown)."""
     data_dir = tmp_path / "data"
     log = tmp_path / "ferrex.log"
     acknowledged: list[tuple[str, str]] = []
@@ -87,6 +90,7 @@ async def test_clients_stopping_at_staggered_times_fail_no_call(
         async with logged_client(data_dir, models_dir, log, FERREX_LOG="info") as client:
             await call(client, "stats", {})
             if number == 0:
+                engine = lock_pid(data_dir)
                 engine_up.set()  # the engine is up: the others join it as peers
                 for other in working[1:]:
                     await other.wait()
@@ -101,6 +105,12 @@ async def test_clients_stopping_at_staggered_times_fail_no_call(
                 reply = await call(client, "recall", {"query": text, "limit": 3})
                 if "error" in reply:
                     failures.append(f"client {number} recall {n}: {reply}")
+            if number == 0 and how == "sigterm":
+                assert lock_pid(data_dir) == engine
+                os.kill(engine, signal.SIGTERM)
+                with anyio.fail_after(30):
+                    while lock_pid(data_dir) == engine:  # until another process took over
+                        await anyio.sleep(0.05)
         # leaving the block: stdin closes, the process exits (the owner hands the store over)
 
     with anyio.fail_after(300):
@@ -164,6 +174,8 @@ async def killed_mid_call(
                     os.kill(owner, signal.SIGKILL)
                 assert lock_pid(data_dir) not in (0, owner)  # the peer took over
                 after["stats"] = await call(peer, "stats", {})
+                listed = (await peer.list_tools()).model_dump_json()
+                after["tools_mention_a_key"] = "idempotency" in listed or "_key" in listed
                 if tool == "store" and "id" in answers[0]:
                     text = str(arguments["content"])
                     after["recalled"] = await recalled(peer, text, answers[0]["id"])
@@ -204,6 +216,7 @@ async def test_a_store_survives_the_engine_killed_mid_call(
     assert len(keys) == 1 and keys[0][:2] == ("store", "default"), keys
     assert answer["id"] in keys[0][2]
     assert not any("key" in name or "idempotency" in name for name in answer)
+    assert after["tools_mention_a_key"] is False  # tools/list: no tool takes a key
     if phase != "before_sqlite_commit":  # written once, by the engine that died
         audit = rows(data_dir, "SELECT memory_id FROM audit WHERE action = 'store'")
         assert audit == [(answer["id"],)]

@@ -145,6 +145,7 @@ class SharedBackend:
         self._closing = False
         self._in_flight = 0  # peers' calls being served (a leaving engine finishes them)
         self._leaving = False  # draining: new calls from peers are refused with LEAVING
+        self._drained = anyio.Event()
 
     async def start(self, task_group: anyio.abc.TaskGroup) -> None:
         self._task_group = task_group
@@ -240,13 +241,15 @@ class SharedBackend:
         """Leaving: refuse new calls from peers (they send them again to the process taking
         over), finish those in flight (``DRAIN_SECONDS`` at most); then the store is closed and
         handed over."""
-        if self._leaving:
+        if self._leaving:  # already draining (a signal and the end of input both stop it)
+            await self._drained.wait()
             return
         self._leaving = True
         in_flight = self._in_flight
         with anyio.move_on_after(DRAIN_SECONDS):
             while self._in_flight:
                 await anyio.sleep(0.01)
+        self._drained.set()
         log.info(
             "leaving: the peers' calls in flight are answered",
             drained=in_flight,
