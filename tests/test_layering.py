@@ -135,3 +135,105 @@ def test_every_setting_chooses_whether_it_crosses_to_another_process() -> None:
     told = engine_settings(Settings(qdrant_api_key="k" * 20, http_token="t" * 32))
     assert set(told) == ENGINE_SETTINGS
     assert "k" * 20 not in str(told) and "t" * 32 not in str(told)
+
+
+# --------------------------------------------------------------------------- import cycles
+
+
+def _all_modules() -> dict[str, Path]:
+    """Every module of ferrex by dotted name (a package by its own name, for its __init__)."""
+    modules: dict[str, Path] = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _runtime_imports(path: Path, modules: set[str]) -> set[str]:
+    """The ferrex modules ``path`` imports when it runs, at module level or in a function
+    (``if TYPE_CHECKING:`` blocks left out). ``from ferrex.a import b`` is ferrex.a.b when b is
+    a module, else ferrex.a."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                name = f"{node.module}.{alias.name}"
+                found.add(name if name in modules else node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    return found & modules
+
+
+def _import_cycles() -> list[set[str]]:
+    """The strongly connected groups (of two or more modules, or one importing itself) of
+    src/'s import graph (Tarjan's algorithm)."""
+    modules = _all_modules()
+    graph = {name: _runtime_imports(path, set(modules)) for name, path in modules.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[set[str]] = []
+
+    def connect(name: str) -> None:
+        index[name] = low[name] = len(index)
+        stack.append(name)
+        for other in sorted(graph[name]):
+            if other not in index:
+                connect(other)
+                low[name] = min(low[name], low[other])
+            elif other in stack:
+                low[name] = min(low[name], index[other])
+        if low[name] == index[name]:
+            group = set()
+            while True:
+                member = stack.pop()
+                group.add(member)
+                if member == name:
+                    break
+            if len(group) > 1 or name in graph[name]:
+                groups.append(group)
+
+    for name in sorted(graph):
+        if name not in index:
+            connect(name)
+    return groups
+
+
+def test_the_cycle_finder_finds_a_cycle(tmp_path: Path) -> None:
+    """The check below can fail: two modules importing each other (one in a function) are
+    a cycle, and a TYPE_CHECKING import is not."""
+    one = tmp_path / "one.py"
+    one.write_text("import ferrex.two\n")
+    two = tmp_path / "two.py"
+    two.write_text("def f():\n    from ferrex import one\n")
+    three = tmp_path / "three.py"
+    three.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import ferrex.one\n")
+    names = {"ferrex.one", "ferrex.two", "ferrex.three"}
+    assert _runtime_imports(one, names) == {"ferrex.two"}
+    assert _runtime_imports(two, names) == {"ferrex.one"}
+    assert _runtime_imports(three, names) == set()
+
+
+def test_src_has_no_import_cycle() -> None:
+    """No module of src/ imports (at module level or in a function) one that imports it back,
+    directly or around a loop. (Importing ferrex.a.b runs ferrex/a/__init__.py first; that is
+    not counted as ferrex.a.b importing ferrex.a.)"""
+    modules = _all_modules()
+    assert "ferrex.cli.main" in modules and "ferrex.core.service" in modules
+    assert _import_cycles() == []

@@ -27,7 +27,7 @@ from tests.conftest import ServiceFactory, call, ferrex_command, mcp_client
 from tests.support.fake_model_hub import COMMIT, REPO, FakeModelHub
 from tests.test_engine_sharing import logged_client
 
-from ferrex.commands.clients import desktop_config_path
+from ferrex.cli.clients import desktop_config_path
 from ferrex.embed.models import prepare_bundled_model
 from ferrex.server.calls import run_tool as invoke
 

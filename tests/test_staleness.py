@@ -22,7 +22,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ferrex.cli import _settings, build_parser
+from ferrex.cli.main import _settings
+from ferrex.cli.parser import build_parser
 from ferrex.config import ConfigError, StalenessConfig, load_settings
 from ferrex.core.clock import to_iso
 from ferrex.core.memory import Memory, MemoryType

@@ -28,8 +28,8 @@ def add_ui_command(commands: Any, command: Callable[..., Any], flags: Sequence[A
 
 
 def run_ui_command(settings: Settings, explicit_tier: bool, args: argparse.Namespace) -> int:
-    from ferrex.cli import _backend
+    from ferrex.cli.session import open_backend
     from ferrex.ui.server import UiOptions, run_ui
 
     options = UiOptions(args.host, args.port, not args.no_browser, settings.namespace)
-    return run_ui(_backend(settings, explicit_tier), options, settings.http_token)
+    return run_ui(open_backend(settings, explicit_tier), options, settings.http_token)

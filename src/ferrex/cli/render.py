@@ -1,152 +1,111 @@
-"""The human CLI: ``ferrex store / recall / forget / stats / reflect``.
-
-Each command builds the same arguments an agent sends to the tool of that name and sends them
-through the same path (the data dir's running engine when a server owns the store, or an
-engine started for the command when none does), so validation, error codes and answers are the
-tools' own. Output: a readable table by default, the tool's JSON answer with ``--json``. Exit
-status: 0 done, 1 refused (the answer's error code on stderr), 2 usage.
-"""
+"""Human renderers: the tool answers as tables, the doctor report, the progress bar."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys
 import textwrap
 from typing import Any
 
-from ferrex.config import Settings
 
-EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
+def render_doctor(report: dict[str, Any]) -> str:
+    def mark(ok: bool) -> str:
+        return "ok  " if ok else "FAIL"
 
-
-class UsageError(Exception):
-    """A flag value the command cannot turn into tool arguments."""
-
-
-def _given(**values: Any) -> dict[str, Any]:
-    return {key: value for key, value in values.items() if value is not None}
-
-
-def tool_arguments(command: str, args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
-    """The tool call's arguments, exactly as an agent would send them."""
-    given = getattr(args, "namespace", None)
-    namespace = given if given is not None else settings.namespace
-    if command == "store":
-        context = None
-        if args.context is not None:
-            try:
-                context = json.loads(args.context)
-            except json.JSONDecodeError as exc:
-                raise UsageError(f"--context must be a JSON object ({exc.msg})") from None
-        content = args.content
-        if content == "-":  # the convention: "-" reads the content from standard input
-            content = sys.stdin.read().rstrip("\n")
-        return _given(
-            content=content,
-            type=args.type,
-            entities=args.entities,
-            subject=args.subject,
-            predicate=args.predicate,
-            object=args.object_,
-            confidence=args.confidence,
-            name=args.name,
-            steps=args.steps,
-            conditions=args.conditions,
-            timestamp=args.timestamp,
-            t_valid=args.t_valid,
-            t_invalid=args.t_invalid,
-            supersedes=args.supersedes,
-            source=args.source,
-            context=context,
-            pinned=args.pinned,
-            multi_valued=args.multi_valued,
-            namespace=namespace,
+    model = report.get("model", {})
+    permissions = report["permissions"]
+    reranker = report["reranker"]
+    sqlite, index = report["sqlite"], report["index"]
+    missing = report["missing_in_index"]["count"]
+    orphans = report["orphans_in_index"]["count"]
+    mismatched = report["chunk_mismatch"]["count"]
+    wrong_model = report["model_mismatch"]["count"]
+    lines = [
+        f"ferrex doctor — {report['data_dir']}",
+        f"[{mark(permissions['ok'])}] data dir permissions {permissions['mode']}",
+        f"[ok  ] schema version {report['schema_version']}",
+        f"[ok  ] vector index mode: {report['mode']}" + _mode_detail(report.get("index_mode")),
+        f"[{mark(bool(model.get('available')))}] embedding model: "
+        + (
+            f"pinned {model.get('pinned')} ({model.get('dimension')}-d, "
+            f"{model.get('variant') or 'fastembed'})"
+            if model.get("pinned")
+            else "not pinned yet (the first store pins the configured model)"
         )
-    if command == "recall":
-        time_range = _given(after=args.after, before=args.before) or None
-        return _given(
-            query=args.query,
-            limit=args.limit,
-            types=args.types,
-            entities=args.entities,
-            time_range=time_range,
-            as_of=args.as_of,
-            include_stale=args.include_stale,
-            include_invalidated=args.include_invalidated,
-            max_tokens=args.max_tokens,
-            explain=args.explain,
-            namespace=namespace,
+        + ("" if model.get("available") else f" — {model.get('error')}"),
+        f"[{'ok  ' if reranker['available'] else 'warn'}] reranker: "
+        + ("available" if reranker["available"] else str(reranker["reason"])),
+        f"[{mark(report['journal_backlog'] == 0)}] journal backlog: {report['journal_backlog']}"
+        + (
+            f" (replayed {report['replayed_at_start']} unfinished writes at start-up)"
+            if report.get("replayed_at_start")
+            else ""
+        ),
+        f"      SQLite: {sqlite['memories']} memories, {sqlite['expected_points']} expected points",
+        f"      index:  {index['memories']} memories, {index['points']} points",
+        f"[{mark(missing == 0)}] missing in index: {missing}",
+        f"[{mark(orphans == 0)}] orphans in index: {orphans}",
+        f"[{mark(mismatched == 0)}] chunk mismatches: {mismatched}",
+        f"[{mark(wrong_model == 0)}] points of another model: {wrong_model}",
+    ]
+    lines.append(_secrets_line(report.get("secrets")))
+    if "repaired" in report:
+        lines.append(f"      repaired: {report['repaired']}")
+    lines.append(
+        "SQLite and the index agree."
+        if report["in_agreement"]
+        else "SQLite and the index DISAGREE: run `ferrex doctor --repair`."
+    )
+    return "\n".join(lines) + "\n"
+
+
+def _secrets_line(secrets: Any) -> str:
+    if not isinstance(secrets, dict):
+        return "[warn] secrets: not checked"
+    held = int(secrets.get("memories", 0)) + int(secrets.get("audit_entries", 0))
+    kinds = ", ".join(f"{kind} {n}" for kind, n in secrets.get("kinds", {}).items())
+    if "redacted" in secrets:
+        return f"[ok  ] secrets: redacted in {secrets['redacted']} memories ({kinds})"
+    if not held:
+        return "[ok  ] secrets: none stored"
+    tag = "warn" if secrets.get("handling") == "allow" else "FAIL"
+    hint = (
+        " (secret_handling = allow keeps them)"
+        if tag == "warn"
+        else ": run `ferrex doctor --repair` to redact them"
+    )
+    return f"[{tag}] secrets: {secrets['memories']} memories hold {kinds or 'secrets'}{hint}"
+
+
+def _mode_detail(index_mode: Any) -> str:
+    if not isinstance(index_mode, dict):
+        return ""
+    text = f" ({index_mode['reason']})" if index_mode.get("reason") else ""
+    sidecar = index_mode.get("sidecar")
+    if isinstance(sidecar, dict):
+        text += (
+            f"\n      sidecar: pid {sidecar.get('pid')}, {sidecar.get('host')}:"
+            f"{sidecar.get('http_port')} (HTTP) / {sidecar.get('grpc_port')} (gRPC), "
+            f"{'reused' if sidecar.get('reused') else 'started here'}, {sidecar.get('binary')}"
         )
-    if command == "forget":
-        return _given(ids=args.ids, cascade=args.cascade, namespace=namespace)
-    if command == "stats":
-        return _given(detailed=args.detailed, namespace=namespace)
-    if command == "reflect":
-        return _given(
-            confirm_ids=args.confirm_ids,
-            pin_ids=args.pin_ids,
-            unpin_ids=args.unpin_ids,
-            namespace=namespace,
-        )
-    raise UsageError(f"unknown command {command}")
+    return text
 
 
-def _cli_message(exc: Any) -> str:
-    """The refusal as a person at the terminal acts on it: a duplicate's hint in CLI syntax
-    (the agent's own text speaks tool syntax, ``supersedes="..."``)."""
-    details = exc.details or {}
-    existing = details.get("existing_id")
-    if exc.code == "duplicate" and existing:
-        similarity = details.get("similarity")
-        cosine = f" (cosine {similarity:.3f})" if isinstance(similarity, float) else ""
-        return (
-            f"a similar memory already exists: {existing}{cosine}. Nothing was stored; to "
-            f"replace it, run the same command with --supersedes {existing}"
-        )
-    return str(exc.message)
+def progress(label: str) -> Any:
+    def show(done: int, total: int) -> None:
+        width = 30
+        fraction = done / total if total else 1.0
+        bar = "#" * int(width * fraction) + "." * (width - int(width * fraction))
+        sys.stderr.write(f"\r{label}: {done}/{total} [{bar}] {fraction:4.0%}")
+        if done >= total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+    return show
 
 
-def run_tool_command(
-    command: str, args: argparse.Namespace, settings: Settings, explicit_tier: bool
-) -> int:
-    from ferrex.cli import CliError, _operate, _require_store
-
-    as_json = bool(getattr(args, "json", False))
-    try:
-        arguments = tool_arguments(command, args, settings)
-    except UsageError as exc:
-        sys.stderr.write(f"error: {exc}\n")
-        return EXIT_USAGE
-    try:
-        if command != "store":  # only a write creates a store; a read on a typo says so
-            _require_store(settings)
-        sent = dict(arguments)
-        if command == "recall" and not as_json and not getattr(args, "ids_only", False):
-            sent["explain"] = True  # the table shows when each was stored and a procedure's steps
-        answer = _operate(settings, explicit_tier, command, sent)
-    except CliError as exc:
-        if as_json:
-            error = {"error": exc.details or {"code": exc.code, "message": exc.message}}
-            sys.stdout.write(json.dumps(error, indent=2, ensure_ascii=False) + "\n")
-        sys.stderr.write(f"error [{exc.code}]: {_cli_message(exc)}\n")
-        if exc.code == "model_mismatch" and settings.model_tier_file:
-            sys.stderr.write(f"(model_tier is set in {settings.model_tier_file})\n")
-        if exc.code == "storage_full":  # the disk, not the request: as the other commands do
-            return EXIT_USAGE
-        return EXIT_REFUSED
-    if as_json:
-        sys.stdout.write(json.dumps(answer, indent=2, ensure_ascii=False, default=str) + "\n")
-    elif getattr(args, "ids_only", False):
-        sys.stdout.write("".join(f"{r['id']}\n" for r in answer.get("results", [])))
-    else:
-        brief, explain = bool(getattr(args, "brief", False)), bool(arguments.get("explain"))
-        sys.stdout.write(render(command, answer, brief=brief, explain=explain))
-    return EXIT_OK
-
-
-# --------------------------------------------------------------------------- tables
+# --------------------------------------------------------------------------- tool answers
 
 
 def _width() -> int:
