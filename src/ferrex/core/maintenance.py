@@ -421,14 +421,7 @@ def import_records(
         for record in records:
             kind = record.get("kind")
             if kind == "header":
-                if (
-                    record.get("format") != EXPORT_FORMAT
-                    or int(record.get("version", 0)) > EXPORT_VERSION
-                ):
-                    raise FerrexError(
-                        "invalid_params", "not a ferrex export file (or from a newer ferrex)"
-                    )
-                seen_header = True
+                seen_header = _check_header(record)
                 continue
             if not seen_header:
                 raise FerrexError(
@@ -472,6 +465,13 @@ def import_records(
         "audit_duplicates": audit_duplicates,
         **({"redacted": screen.redacted} if screen.redacted else {}),
     }
+
+
+def _check_header(record: dict[str, Any]) -> bool:
+    """An export's header line, refused when it is not ferrex's or from a newer ferrex."""
+    if record.get("format") != EXPORT_FORMAT or int(record.get("version", 0)) > EXPORT_VERSION:
+        raise FerrexError("invalid_params", "not a ferrex export file (or from a newer ferrex)")
+    return True
 
 
 def _json(value: Any) -> str:
