@@ -13,34 +13,25 @@ import structlog
 from ferrex.core import errors
 from ferrex.core.errors import FerrexError
 from ferrex.core.memory import Memory, MemoryType
-from ferrex.core.secrets import MARKER, Redaction, SecretScanner, named_value_kind, scan_fields
+from ferrex.core.secrets import (
+    MEMORY_TEXT_FIELDS,
+    Redaction,
+    SecretScanner,
+    find_in_fields,
+    scan_fields,
+)
 from ferrex.core.service import MemoryService
 
 log = structlog.get_logger("ferrex.secrets")
 
 _SAMPLE = 20
-_MEMORY_FIELDS = (
-    "content",
-    "subject",
-    "predicate",
-    "object",
-    "name",
-    "conditions",
-    "steps",
-    "context",
-    "source",
-)
 
 
 def redact_memory(scanner: SecretScanner, memory: Memory) -> list[Redaction]:
     """Redact ``memory``'s text fields in place; what was redacted."""
-    fields = {name: getattr(memory, name) for name in _MEMORY_FIELDS}
-    changed, redactions = scan_fields(scanner, {k: v for k, v in fields.items() if v})
-    if memory.type is MemoryType.SEMANTIC:
-        kind = named_value_kind(memory.predicate or "", changed.get("object", memory.object))
-        if kind is not None:
-            changed["object"] = MARKER.format(kind=kind)
-            redactions.append(Redaction(kind, "object"))
+    fields = {name: getattr(memory, name) for name in MEMORY_TEXT_FIELDS}
+    predicate = memory.predicate if memory.type is MemoryType.SEMANTIC else None
+    changed, redactions = find_in_fields(scanner, fields, predicate)
     for name, value in changed.items():
         setattr(memory, name, value)
     if "object" in changed and memory.content and memory.object is not None:
@@ -141,10 +132,8 @@ def refuse_secrets(records: list[dict[str, Any]], scanner: SecretScanner) -> Non
     for record in records:
         if record.get("kind") != "memory":
             continue
-        fields = {name: record.get(name) for name in _MEMORY_FIELDS if record.get(name)}
-        found = scan_fields(scanner, fields)[1]
-        named = named_value_kind(str(record.get("predicate") or ""), record.get("object"))
-        holding += bool(found or named)
+        fields = {name: record.get(name) for name in MEMORY_TEXT_FIELDS}
+        holding += bool(find_in_fields(scanner, fields, record.get("predicate"))[1])
     if holding:
         raise FerrexError(
             errors.SECRET_DETECTED,

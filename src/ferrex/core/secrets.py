@@ -553,8 +553,8 @@ def _scan_value(scanner: SecretScanner, path: str, value: Any) -> tuple[Any, lis
     return value, []
 
 
-# The store request's text fields, in the order the answer names them.
-STORE_TEXT_FIELDS = (
+# A memory's text fields (a store request has these and ``entities``).
+MEMORY_TEXT_FIELDS = (
     "content",
     "subject",
     "predicate",
@@ -564,8 +564,22 @@ STORE_TEXT_FIELDS = (
     "steps",
     "context",
     "source",
-    "entities",
 )
+STORE_TEXT_FIELDS = (*MEMORY_TEXT_FIELDS, "entities")
+
+
+def find_in_fields(
+    scanner: SecretScanner, fields: Mapping[str, Any], predicate: str | None
+) -> tuple[dict[str, Any], list[Redaction]]:
+    """The redacted values of the text ``fields`` that hold secrets, and what was redacted;
+    a fact whose ``predicate`` names a secret ("staging db password") has its whole object
+    redacted when it reads as a credential."""
+    changed, redactions = scan_fields(scanner, {k: v for k, v in fields.items() if v})
+    kind = named_value_kind(predicate or "", changed.get("object", fields.get("object")))
+    if kind is not None:
+        changed["object"] = MARKER.format(kind=kind)
+        redactions.append(Redaction(kind, "object"))
+    return changed, redactions
 
 
 def screen_store(
@@ -576,12 +590,7 @@ def screen_store(
     if handling == "allow":
         return request, []
     fields = {name: getattr(request, name) for name in STORE_TEXT_FIELDS}
-    changed, redactions = scan_fields(scanner, {k: v for k, v in fields.items() if v})
-    # A fact whose predicate names a secret ("staging db password"): its value is one.
-    kind = named_value_kind(request.predicate or "", changed.get("object", request.object))
-    if kind is not None:
-        changed["object"] = MARKER.format(kind=kind)
-        redactions.append(Redaction(kind, "object"))
+    changed, redactions = find_in_fields(scanner, fields, request.predicate)
     if not redactions:
         return request, []
     if handling == "refuse":

@@ -37,20 +37,19 @@ _MEMORY_COLUMNS = (
     "last_validated, access_count, pinned, multi_valued, chunk_count, embed_model"
 )
 _SQL_CHUNK = 500
-_TEXT_BYTES = " + ".join(
-    f"coalesce(length(CAST({column} AS BLOB)), 0)"
-    for column in (
-        "content",
-        "subject",
-        "predicate",
-        "object",
-        "name",
-        "conditions",
-        "steps",
-        "source",
-        "context",
-    )
+# A memory's text columns: what the storage budget counts and what a redaction rewrites.
+_TEXT_COLUMNS = (
+    "content",
+    "subject",
+    "predicate",
+    "object",
+    "name",
+    "conditions",
+    "steps",
+    "source",
+    "context",
 )
+_TEXT_BYTES = " + ".join(f"coalesce(length(CAST({column} AS BLOB)), 0)" for column in _TEXT_COLUMNS)
 
 
 class SchemaTooNewError(Exception):
@@ -998,19 +997,6 @@ _BROWSE_ORDER = {
     "type": "type, event_time DESC, id",
     "first": "created_at, id",
 }
-
-# The columns a redaction rewrites (core/secret_sweep.py).
-_TEXT_COLUMNS = (
-    "content",
-    "subject",
-    "predicate",
-    "object",
-    "name",
-    "conditions",
-    "steps",
-    "source",
-    "context",
-)
 
 _UPDATABLE = {
     "t_invalid",
