@@ -4,6 +4,7 @@ edges, and the rule through a real MCP client."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -61,7 +62,11 @@ def event(content: str) -> Memory:
         ("Which framework is the model written in?", None),
         ("Is the data somewhere safe?", None),
         ("Did the whole team agree?", None),
-        ("How do I rotate the key?", None),
+        ("How do I rotate the key?", "procedure"),
+        ("Walk me through getting a collaborator cleared", "procedure"),
+        ("What are the steps to cut a release?", "procedure"),
+        ("How did the rotation go?", None),  # an event's question, not a how-to
+        ("Where do I find the steps to cut a release?", "place"),
         ("¿Dónde están las imágenes?", None),
     ],
 )
@@ -101,15 +106,21 @@ def test_what_a_fact_holds(predicate: str, obj: str, kinds: set[str]) -> None:
     assert found == kinds
 
 
-def test_only_facts_gain_and_only_for_a_typed_question() -> None:
+def test_what_gains_and_from_which_relevance() -> None:
     stored = fact("stored_at", "/data/reefcap")
-    assert bonus(stored, "place", 2.0) == 2.0
-    assert bonus(stored, "person", 2.0) == 0.0
-    assert bonus(stored, None, 2.0) == 0.0
-    assert bonus(stored, "place", 0.0) == 0.0  # the setting at 0 turns it off
+    assert bonus(stored, 0.5, "place", 2.0) == 2.0  # LIFTS_FROM itself
+    assert bonus(stored, 0.4999, "place", 2.0) == 0.0  # an unrelated memory stays unrelated
+    assert bonus(stored, 0.9, "person", 2.0) == 0.0
+    assert bonus(stored, 0.9, "procedure", 2.0) == 0.0
+    assert bonus(stored, 0.9, None, 2.0) == 0.0
+    assert bonus(stored, 0.9, "place", 0.0) == 0.0  # the setting at 0 turns it off
     # An event that names a place and a date holds no type: its text is not an answer's shape.
     moved = event("moved the ReefCap images to /projects/okafor/reefcap on 2026-09-08")
-    assert bonus(moved, "place", 2.0) == 0.0 and bonus(moved, "time", 2.0) == 0.0
+    assert bonus(moved, 0.9, "place", 2.0) == 0.0 and bonus(moved, 0.9, "time", 2.0) == 0.0
+    assert bonus(moved, 0.9, "procedure", 2.0) == 0.0
+    release = replace(moved, type=MemoryType.PROCEDURAL, content=None, name="cut-release")
+    assert bonus(release, 0.6, "procedure", 2.0) == 2.0
+    assert bonus(release, 0.6, "place", 2.0) == 0.0
 
 
 @pytest.fixture

@@ -1,19 +1,21 @@
-"""Answer type: what kind of thing a question asks for, and the facts that hold one.
+"""Answer type: what kind of thing a question asks for, and the memories that hold one.
 
-A question that asks *where*, *who*, *when* or *how many / how much / how long* names the kind of
-answer it wants; a fact's predicate and object say which kinds it holds (``stored_at`` and a
-path: a place; ``owned_by`` or a person's name: a person; a deadline or a date: a time; a
-number: a quantity). Without a cross-encoder, which reads the question and the memory together,
-nothing else in the relevance evidence knows this: a bi-encoder scores "about the same thing",
-so "Where do the ReefCap images live these days?" found the dataset's *licence* and *splits*
-above its storage location, and "How many render jobs can one pod run?" found a load-test event
-above the concurrency fact.
+A question that asks *where*, *who*, *when*, *how many / how much / how long* or *how do I*
+names the kind of answer it wants; a fact's predicate and object say which kinds it holds
+(``stored_at`` and a path: a place; ``owned_by`` or a person's name: a person; a deadline or a
+date: a time; a number: a quantity), and a procedure is the answer to a how-to question.
+Without a cross-encoder, which reads the question and the memory together, nothing else in the
+relevance evidence knows this: a bi-encoder scores "about the same thing", so "Where do the
+ReefCap images live these days?" found the dataset's *licence* and *splits* above its storage
+location, "How many render jobs can one pod run?" a load-test event above the concurrency fact,
+and "Walk me through getting a collaborator cleared to read the data" the access *fact* above
+the procedure.
 
-Where the question's type is one a fact holds, that fact's relevance gains
-``retrieval.answer_type_bonus`` logits (docs/recall.md, "Answer type"). Facts only: their
-predicate and object are the answer's shape; an event's or a procedure's text is not typed.
-English question words only; a question of another language, or a "what" / "which" question,
-has no type and changes nothing.
+Where the question's type is one a memory holds, and the memory is at least ``LIFTS_FROM``
+relevant on its own evidence, its relevance gains ``retrieval.answer_type_bonus`` logits
+(docs/recall.md, "Answer type"). Never an event: its text is not an answer's shape.
+English question words only; a question of another language, or a "what" / "which" question
+that is none of these, has no type and changes nothing.
 """
 
 from __future__ import annotations
@@ -23,7 +25,12 @@ from typing import Literal
 
 from ferrex.core.memory import Memory, MemoryType
 
-AnswerType = Literal["place", "person", "time", "quantity"]
+AnswerType = Literal["place", "person", "time", "quantity", "procedure"]
+
+# A candidate is lifted only when its own relevance is at least this: the question's type
+# tells apart the candidates that are about the question; it does not make an unrelated one
+# relevant.
+LIFTS_FROM = 0.5
 
 # The question's type: the first of these its words match (in this order: "where" before
 # "when" in "when and where": a place is the rarer answer). Lowercased text.
@@ -32,6 +39,15 @@ _ASKS: tuple[tuple[AnswerType, re.Pattern[str]], ...] = (
     ("person", re.compile(r"\b(?:who|whom|whose)\b")),
     ("time", re.compile(r"\b(?:when|what date|which date|what day|which day|what time)\b")),
     ("quantity", re.compile(r"\bhow (?:many|much|long|big|large|old|fast|often)\b")),
+    (
+        "procedure",
+        re.compile(
+            r"\bhow (?:do|can|should|would|could) (?:i|we|you|one)\b|\bhow to\b|"
+            r"\bwalk me through\b|\bsteps? (?:to|for)\b|"
+            r"\bwhat(?:'s| is| are) the (?:process|procedure|steps)\b|\bchecklist\b|"
+            r"\bwhat (?:do|should|must) (?:i|we) do\b|\bwhat has to happen\b"
+        ),
+    ),
 )
 
 _MONTH = (
@@ -90,8 +106,10 @@ def asked_for(query: str) -> AnswerType | None:
 
 
 def holds(memory: Memory, kind: AnswerType) -> bool:
-    """Whether a fact's predicate or object is an answer of ``kind`` (never for an event or a
-    procedure)."""
+    """Whether a memory is an answer of ``kind``: a procedure for a how-to question, a fact
+    whose predicate or object is one for the others (never an event)."""
+    if kind == "procedure":
+        return memory.type is MemoryType.PROCEDURAL
     if memory.type is not MemoryType.SEMANTIC or not memory.predicate:
         return False
     words = _SEPARATORS.split(memory.predicate.lower())
@@ -109,8 +127,9 @@ def _names(words: list[str], whole: frozenset[str], stems: tuple[str, ...]) -> b
     return any(w in whole or w.startswith(stems) for w in words)
 
 
-def bonus(memory: Memory, kind: AnswerType | None, amount: float) -> float:
-    """The logits a candidate's relevance gains: ``amount`` for a fact holding the asked type."""
-    if kind is None or amount <= 0:
+def bonus(memory: Memory, relevance: float, kind: AnswerType | None, amount: float) -> float:
+    """The logits a candidate of ``relevance`` gains: ``amount`` for a memory holding the asked
+    type, when it is at least ``LIFTS_FROM`` relevant on its own evidence."""
+    if kind is None or amount <= 0 or relevance < LIFTS_FROM:
         return 0.0
     return amount if holds(memory, kind) else 0.0

@@ -94,7 +94,7 @@ def admit(
             continue
         fresh = assess(memory, now, settings.staleness)
         candidate = _candidate(record, rank, request.explain)
-        gained = bonus(memory, asked, lift)
+        gained = bonus(memory, record.relevance, asked, lift)
         if gained:
             candidate.relevance = sigmoid(logit(candidate.relevance) + gained)
             if request.explain:
