@@ -91,6 +91,34 @@ class Resource:
 
 
 @dataclass(frozen=True)
+class Flag:
+    """A request field as a flag of the operation's CLI command: ``flag`` is its name there
+    (``--entity`` for ``entities``; None: a positional argument named as the field). Its kind
+    comes from the field's type: a list repeats, a bool is a switch, a ``Literal`` gives the
+    choices, a dict is given as JSON; ``field`` ``a.b`` is field b of the nested model a."""
+
+    field: str
+    flag: str | None
+    help: str
+    metavar: str | None = None
+    optional: bool = False  # a positional argument that may be left out
+    stdin: bool = False  # "-" reads the value from standard input
+
+
+@dataclass(frozen=True)
+class Command:
+    """The operation's CLI command (``ferrex <name>``): its flags, then the CLI's own beside
+    them (``cli_only``, named as in ``cli/parser.py``: e.g. recall's ``--ids``), and whether
+    it takes the reranker flags (its answer depends on them)."""
+
+    help: str
+    description: str | None = None
+    flags: tuple[Flag, ...] = ()
+    cli_only: tuple[str, ...] = ()
+    rerank: bool = False
+
+
+@dataclass(frozen=True)
 class Operation:
     """One operation. ``use_case`` is called as ``use_case(service, request)`` with the
     validated request (the arguments dict as sent when ``request`` is None), plus the
@@ -104,6 +132,7 @@ class Operation:
     answer: str | None = None  # the answer's model (a tool's output schema)
     tool: Tool | None = None
     resource: Resource | None = None
+    cli: Command | None = None
     writes: bool = False
     # A write only when this argument is true (doctor's ``repair``): otherwise a read.
     writes_if: str | None = None
@@ -140,6 +169,38 @@ OPERATIONS: tuple[Operation, ...] = (
         present=f"{_PRESENT}:present_store",
         answer=f"{_ANSWERS}:StoreAnswer",
         tool=Tool("Store memory", STORE_DESCRIPTION),
+        cli=Command(
+            "store a memory (as the store tool)",
+            "Store a memory, as the store tool does: an event (content), a fact (--subject "
+            "--predicate --object) or a procedure (--name --step ...). Exit status 0 stored, "
+            "1 refused (duplicate, bad input: the tool's error code), 2 usage.",
+            (
+                Flag(
+                    "content",
+                    None,
+                    "the memory text (events; optional for facts)",
+                    optional=True,
+                    stdin=True,
+                ),
+                Flag("type", "--type", "memory type (auto-detected when omitted)"),
+                Flag("entities", "--entity", "entity (repeatable)", "NAME"),
+                Flag("subject", "--subject", "fact subject"),
+                Flag("predicate", "--predicate", "fact predicate"),
+                Flag("object", "--object", "fact object", "OBJECT"),
+                Flag("confidence", "--confidence", "fact confidence in [0, 1]"),
+                Flag("name", "--name", "procedure name"),
+                Flag("steps", "--step", "procedure step (repeatable)", "TEXT"),
+                Flag("conditions", "--condition", "procedure condition (repeatable)", "TEXT"),
+                Flag("timestamp", "--timestamp", "when the event happened (ISO 8601)", "ISO"),
+                Flag("t_valid", "--t-valid", "when the fact became true", "ISO"),
+                Flag("t_invalid", "--t-invalid", "when the fact stopped being true", "ISO"),
+                Flag("supersedes", "--supersedes", "id of the memory this one replaces", "ID"),
+                Flag("source", "--source", "where this came from (memory:<id> cites a memory)"),
+                Flag("context", "--context", "context object as JSON", "JSON"),
+                Flag("pinned", "--pinned", "never evict it"),
+                Flag("multi_valued", "--multi-valued", "the predicate has many values"),
+            ),
+        ),
         writes=True,
         keyed=True,
     ),
@@ -150,6 +211,28 @@ OPERATIONS: tuple[Operation, ...] = (
         present=f"{_PRESENT}:present_recall",
         answer=f"{_ANSWERS}:RecallAnswer",
         tool=Tool("Recall memories", RECALL_DESCRIPTION, max_limit_of=("limit",)),
+        cli=Command(
+            "search memory (as the recall tool)",
+            "Search memory, as the recall tool does. Exit status 0 answered (even with no "
+            "results), 1 refused, 2 usage.",
+            (
+                Flag("query", None, "what to look for"),
+                Flag("limit", "--limit", "at most N results (default 5)", "N"),
+                Flag("types", "--type", "memory type (repeatable)"),
+                Flag("entities", "--entity", "entity (repeatable)", "NAME"),
+                Flag("time_range.after", "--after", "time range start", "ISO"),
+                Flag("time_range.before", "--before", "time range end", "ISO"),
+                Flag("as_of", "--as-of", "what was true at this time", "ISO"),
+                Flag("include_stale", "--include-stale", "also return stale memories"),
+                Flag(
+                    "include_invalidated", "--include-invalidated", "also return superseded facts"
+                ),
+                Flag("max_tokens", "--max-tokens", "token budget for results", "N"),
+                Flag("explain", "--explain", "show the ranks"),
+            ),
+            cli_only=("ids", "brief"),
+            rerank=True,
+        ),
         idempotent=True,
     ),
     Operation(
@@ -159,6 +242,14 @@ OPERATIONS: tuple[Operation, ...] = (
         present=f"{_PRESENT}:present_forget",
         answer=f"{_ANSWERS}:ForgetAnswer",
         tool=Tool("Forget memories", FORGET_DESCRIPTION, destructive=True),
+        cli=Command(
+            "delete memories by id (as the forget tool)",
+            "Delete memories by id, as the forget tool does. Unknown ids are reported, not fatal.",
+            (
+                Flag("ids", None, "memory id", "ID"),
+                Flag("cascade", "--cascade", "also remove entities only these memories referenced"),
+            ),
+        ),
         writes=True,
         keyed=True,
         idempotent=True,
@@ -170,6 +261,14 @@ OPERATIONS: tuple[Operation, ...] = (
         present=f"{_PRESENT}:present_reflect",
         answer=f"{_ANSWERS}:ReflectAnswer",
         tool=Tool("Reflect on memory health", REFLECT_DESCRIPTION),
+        cli=Command(
+            "memory health review (as the reflect tool)",
+            flags=(
+                Flag("confirm_ids", "--confirm", "mark as reviewed", "ID"),
+                Flag("pin_ids", "--pin", "pin", "ID"),
+                Flag("unpin_ids", "--unpin", "unpin", "ID"),
+            ),
+        ),
         writes=True,  # confirm, pin, unpin: the same result applied twice
         idempotent=True,
     ),
@@ -180,6 +279,10 @@ OPERATIONS: tuple[Operation, ...] = (
         present=f"{_PRESENT}:present_stats",
         answer=f"{_ANSWERS}:StatsAnswer",
         tool=Tool("Memory stats", STATS_DESCRIPTION),
+        cli=Command(
+            "memory overview (as the stats tool)",
+            flags=(Flag("detailed", "--detailed", "counts, staleness, storage, models"),),
+        ),
         resource=Resource(
             "ferrex://stats",
             "Memory overview",
@@ -242,6 +345,7 @@ BY_NAME: dict[str, Operation] = {op.name: op for op in OPERATIONS}
 NAMES: tuple[str, ...] = tuple(BY_NAME)
 TOOLS: tuple[Operation, ...] = tuple(op for op in OPERATIONS if op.tool is not None)
 TOOL_NAMES: tuple[str, ...] = tuple(op.name for op in TOOLS)
+COMMANDS: tuple[Operation, ...] = tuple(op for op in OPERATIONS if op.cli is not None)
 
 
 def get(name: str) -> Operation | None:
