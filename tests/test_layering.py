@@ -123,6 +123,12 @@ def test_every_operation_resolves_and_the_link_serves_them_all() -> None:
                 assert registry.resolve(reference) is not None, (op.name, reference)
         if op.tool is not None:  # what tools/list shows is made from these
             assert op.request is not None and op.answer is not None, op.name
+        if op.cli is not None:  # each CLI flag names a field of the request model
+            from ferrex.cli.parser import field_kind
+
+            model = registry.resolve(op.request or "")
+            for flag in op.cli.flags:
+                assert field_kind(model, flag.field)[0] is not None, (op.name, flag.field)
 
 
 # The operator commands of the CLI by name: commands, not operations, though some share

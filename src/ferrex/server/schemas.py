@@ -43,6 +43,8 @@ def output_schema(model: type[BaseModel]) -> dict[str, Any]:
 def _simplify(
     node: Any, definitions: dict[str, Any], *, output: bool = False, required: bool = False
 ) -> Any:
+    """``node`` cut down; ``output``: an answer's schema (``required``: the property is one
+    an answer always holds, so a ``null`` alternative is a value it may hold)."""
     if isinstance(node, list):
         return [_simplify(item, definitions, output=output) for item in node]
     if not isinstance(node, dict):
@@ -59,22 +61,28 @@ def _simplify(
             return _simplify({**kept[0], **rest}, definitions, output=output)
     out: dict[str, Any] = {}
     for key, value in node.items():
-        if key in _DROP or (output and key == "description"):
+        if _dropped(key, value, output):
             continue
-        if key == "description" and isinstance(value, str):
-            value = value.strip()
-            if not value:
-                continue
-        if key == "properties":
+        if key == "description":
+            out[key] = value.strip()
+        elif key == "properties":
             needed = set(node.get("required", ()))
             out[key] = {
                 name: _simplify(v, definitions, output=output, required=name in needed)
                 for name, v in value.items()
             }
-        elif key == "additionalProperties" and value is not False:
-            continue  # the default (None: a nested model's, said once on the tool's schema)
-        elif key == "maximum" and isinstance(value, int | float) and value >= IMPLEMENTATION_BOUND:
-            continue  # a sanity bound no agent meets (validation still refuses past it)
         else:
             out[key] = _simplify(value, definitions, output=output)
     return out
+
+
+def _dropped(key: str, value: Any, output: bool) -> bool:
+    """Whether a schema keyword is left out of what agents are shown."""
+    if key in _DROP:
+        return True
+    if key == "description":  # an answer's schema has none; an empty one says nothing
+        return output or not (isinstance(value, str) and value.strip())
+    if key == "additionalProperties":
+        return value is not False  # the default (None: a nested model's, said once on the tool)
+    # A sanity bound no agent meets (validation still refuses past it).
+    return key == "maximum" and isinstance(value, int | float) and value >= IMPLEMENTATION_BOUND
