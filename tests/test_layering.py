@@ -129,6 +129,8 @@ def test_every_operation_resolves_and_the_link_serves_them_all() -> None:
             model = registry.resolve(op.request or "")
             for flag in op.cli.flags:
                 assert field_kind(model, flag.field)[0] is not None, (op.name, flag.field)
+            if op.cli.render is not None:
+                assert callable(registry.resolve(op.cli.render)), op.name
 
 
 # The operator commands of the CLI by name: commands, not operations, though some share

@@ -116,6 +116,8 @@ class Command:
     flags: tuple[Flag, ...] = ()
     cli_only: tuple[str, ...] = ()
     rerank: bool = False
+    # Its answer as text: ``fn(answer, brief=, explain=) -> lines`` (none: key: value lines).
+    render: str | None = None
 
 
 @dataclass(frozen=True)
@@ -200,6 +202,7 @@ OPERATIONS: tuple[Operation, ...] = (
                 Flag("pinned", "--pinned", "never evict it"),
                 Flag("multi_valued", "--multi-valued", "the predicate has many values"),
             ),
+            render="ferrex.cli.render:render_store",
         ),
         writes=True,
         keyed=True,
@@ -232,6 +235,7 @@ OPERATIONS: tuple[Operation, ...] = (
             ),
             cli_only=("ids", "brief"),
             rerank=True,
+            render="ferrex.cli.render:render_recall",
         ),
         idempotent=True,
     ),
@@ -249,6 +253,7 @@ OPERATIONS: tuple[Operation, ...] = (
                 Flag("ids", None, "memory id", "ID"),
                 Flag("cascade", "--cascade", "also remove entities only these memories referenced"),
             ),
+            render="ferrex.cli.render:render_forget",
         ),
         writes=True,
         keyed=True,
