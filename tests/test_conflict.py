@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from rapidfuzz import fuzz
 from tests.conftest import ServiceFactory
+from tests.support.answers import conforms
 from tests.support.typed import stored
 
 from ferrex.core.clock import to_iso
@@ -320,7 +321,7 @@ def test_an_older_value_added_later_ends_where_the_next_known_value_began(
     v2 = invoke(service, "store", fact("api-server", "runtime", "node 18", t_valid=iso(FEB)))
     v3 = invoke(service, "store", fact("api-server", "runtime", "node 20", t_valid=iso(APR)))
     v1 = invoke(service, "store", fact("api-server", "runtime", "node 16", t_valid=iso(JAN)))
-    assert v1["status"] == "historical" and v1["superseded_by"] == v2["id"]
+    assert conforms("store", v1)["status"] == "historical" and v1["superseded_by"] == v2["id"]
     rows = semantic_rows(service)
     assert rows[v1["id"]].t_invalid == FEB
     assert recall_ids(service, query=query, as_of=iso(JAN + timedelta(days=1))) == {v1["id"]}
@@ -668,16 +669,18 @@ def test_lower_confidence_fact_is_a_flagged_contradiction(
     service, _ = clocked
     strong = invoke(service, "store", fact("api-server", "uses", "tokio 1.38", confidence=0.95))
     weak = invoke(service, "store", fact("api-server", "depends-on", "tokio 1.40", confidence=0.5))
-    assert weak["status"] == "contradiction" and weak["contradicts"] == [strong["id"]]
+    assert conforms("store", weak)["status"] == "contradiction"
+    assert weak["contradicts"] == [strong["id"]]
     rows = semantic_rows(service)
     assert rows[strong["id"]].t_invalid is None and rows[weak["id"]].t_invalid is None
-    results = invoke(service, "recall", {"query": "api-server tokio", "limit": 10})["results"]
+    recalled = invoke(service, "recall", {"query": "api-server tokio", "limit": 10})
+    results = conforms("recall", recalled)["results"]
     flagged = {r["id"]: r for r in results}
     assert set(flagged) == {strong["id"], weak["id"]}
     assert flagged[strong["id"]]["contradiction"] is True
     assert flagged[strong["id"]]["contradicts"] == [weak["id"]]
     assert flagged[weak["id"]]["contradicts"] == [strong["id"]]
-    [group] = invoke(service, "reflect", {})["contradictions"]
+    [group] = conforms("reflect", invoke(service, "reflect", {}))["contradictions"]
     assert {f["id"] for f in group["facts"]} == {strong["id"], weak["id"]}
     [entry] = audit(service, "contradiction")
     assert entry["memory_id"] == weak["id"]

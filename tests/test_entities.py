@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from rapidfuzz.distance import JaroWinkler
+from tests.support.answers import conforms
 from tests.support.typed import stored
 
 from ferrex.core.entities import EntityResolver, normalize_entity
@@ -413,7 +414,7 @@ def test_alias_candidates_surface_in_reflect(service: MemoryService) -> None:
         {"content": "the automobile insurance renews in May", "entities": [second]},
     )
     assert b.entities[0].resolved_by == "new"
-    candidates = invoke(service, "reflect", {})["alias_candidates"]
+    candidates = conforms("reflect", invoke(service, "reflect", {}))["alias_candidates"]
     assert [(c["name"], c["entity"]) for c in candidates] == [(second, first)]
     assert 0.80 <= candidates[0]["score"] <= 0.92
     # A candidate is not an alias: filtering by one does not return the other's memory.

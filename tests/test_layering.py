@@ -106,21 +106,96 @@ def test_the_server_answers_the_handshake_without_importing_the_engine() -> None
     assert found.stdout.strip() == "", found.stdout
 
 
-def test_the_link_names_every_operation_the_engine_dispatches() -> None:
-    """The socket link names the engine's operations itself (importing the dispatcher would
-    import the engine at start-up): its list must be the tools plus dispatch's operations."""
-    import inspect
-
-    from ferrex.runtime import operations
+def test_every_operation_resolves_and_the_link_serves_them_all() -> None:
+    """The registry names each operation once; its code references resolve (a moved module
+    breaks here, not in a call), and the link serves every operation the engine dispatches."""
+    from ferrex import registry
     from ferrex.runtime.link import ENGINE_OPS
-    from ferrex.server.calls import TOOL_OPS
-    from ferrex.server.tools import TOOL_NAMES
+    from ferrex.server.tools import TOOL_NAMES, TOOLS
 
-    assert set(TOOL_OPS) == set(TOOL_NAMES) <= set(ENGINE_OPS)
-    # (dispatch maps a full disk to storage_full around _dispatch, which names the operations)
-    source = inspect.getsource(operations._dispatch)
-    dispatched = set(TOOL_OPS) | {op for op in ENGINE_OPS if f'op == "{op}"' in source}
-    assert dispatched == set(ENGINE_OPS) and len(ENGINE_OPS) == len(set(ENGINE_OPS))
+    assert len(registry.NAMES) == len(registry.OPERATIONS) == len(set(registry.NAMES))
+    assert tuple(ENGINE_OPS) == registry.NAMES
+    assert [t.name for t in TOOLS] == list(TOOL_NAMES) == list(registry.TOOL_NAMES)
+    for op in registry.OPERATIONS:
+        assert callable(registry.resolve(op.use_case)), op.name
+        for reference in (op.request, op.present, op.answer):
+            if reference is not None:
+                assert registry.resolve(reference) is not None, (op.name, reference)
+        if op.tool is not None:  # what tools/list shows is made from these
+            assert op.request is not None and op.answer is not None, op.name
+        if op.cli is not None:  # each CLI flag names a field of the request model
+            from ferrex.cli.parser import field_kind
+
+            model = registry.resolve(op.request or "")
+            for flag in op.cli.flags:
+                assert field_kind(model, flag.field)[0] is not None, (op.name, flag.field)
+            if op.cli.render is not None:
+                assert callable(registry.resolve(op.cli.render)), op.name
+
+
+# The operator commands of the CLI by name: commands, not operations, though some share
+# a name (init, doctor, export, import; rebuild-index is the rebuild operation's command).
+_COMMANDS_NOT_OPERATIONS = {("cli/main.py", "_operator_commands")}
+
+
+def _operation_name_collections(
+    path: Path, names: set[str], skip: set[str] | None = None
+) -> list[int]:
+    """Lines of ``path`` where a literal list, tuple, set or dict names two operations or
+    more (as string constants): a second copy of the operation list. ``skip``: functions
+    whose literals are left out."""
+    tree = ast.parse(path.read_text())
+    skipped = {
+        id(inner)
+        for function in ast.walk(tree)
+        if isinstance(function, ast.FunctionDef) and function.name in (skip or set())
+        for inner in ast.walk(function)
+    }
+    lines: list[int] = []
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.List | ast.Tuple | ast.Set):
+            items: list[ast.expr | None] = list(node.elts)
+        elif isinstance(node, ast.Dict):
+            items = list(node.keys)
+        else:
+            continue
+        named = {i.value for i in items if isinstance(i, ast.Constant) and i.value in names}
+        if len(named) >= 2:
+            lines.append(node.lineno)
+    return lines
+
+
+def test_the_operation_names_are_listed_in_one_place() -> None:
+    """Adding an operation is one registry entry: no other module of src/ lists them."""
+    from ferrex import registry
+
+    names = set(registry.NAMES)
+    found: dict[str, list[int]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        where = path.relative_to(PACKAGE).as_posix()
+        skip = {function for file, function in _COMMANDS_NOT_OPERATIONS if file == where}
+        lines = [] if where == "registry.py" else _operation_name_collections(path, names, skip)
+        if lines:
+            found[where] = lines
+    assert found == {}, found
+    entries = [
+        node
+        for node in ast.walk(ast.parse((PACKAGE / "registry.py").read_text()))
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "id", None) == "Operation"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+    ]
+    assert sorted(e.args[0].value for e in entries) == sorted(names)  # type: ignore[attr-defined]
+
+
+def test_a_second_list_of_operation_names_is_found(tmp_path: Path) -> None:
+    """The check above can fail."""
+    module = tmp_path / "copy.py"
+    module.write_text('OPS = ("ping", "store")\nKEYS = {"recall": 1, "stats": 2}\nONE = ["x"]\n')
+    assert _operation_name_collections(module, {"ping", "store", "recall", "stats"}) == [1, 2]
 
 
 def test_every_setting_chooses_whether_it_crosses_to_another_process() -> None:

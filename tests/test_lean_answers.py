@@ -21,6 +21,7 @@ import pytest
 from mcp import Client
 from tests.conftest import mcp_client
 
+from ferrex import registry
 from ferrex.server.tools import (
     FORGET_DESCRIPTION,
     RECALL_DESCRIPTION,
@@ -57,6 +58,9 @@ class Answers:
         payload = result.structured_content
         assert payload == json.loads(text)  # the text is the structured content, once
         jsonschema.validate(payload, self.schemas[tool])
+        # The answer model the schema is made from reads the answer back unchanged.
+        model = registry.resolve(registry.BY_NAME[tool].answer or "")
+        assert model.model_validate(payload).model_dump(mode="json", exclude_unset=True) == payload
         assert not SUB_SECOND.search(text), text
         self.texts.append(text)
         return payload, text

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.answers import conforms
 from tests.support.typed import stored
 from tests.test_staleness import MovableClock
 
@@ -143,7 +144,7 @@ def test_detailed_stats_shape_is_the_spec_example(
     attention: tuple[MemoryService, dict[str, str]],
 ) -> None:
     service, _ = attention
-    detailed = invoke(service, "stats", {"detailed": True})
+    detailed = conforms("stats", invoke(service, "stats", {"detailed": True}))
     assert set(detailed) >= SPEC_DETAILED_KEYS
     assert detailed["counts"] == {"episodic": 5, "semantic": 7, "procedural": 1}
     assert set(detailed["staleness"]) == {"fresh", "aging", "stale"}
@@ -330,7 +331,7 @@ def test_reflect_lists_stale_and_unvalidated_memories_with_reasons(
     attention: tuple[MemoryService, dict[str, str]],
 ) -> None:
     service, ids = attention
-    report = invoke(service, "reflect", {})
+    report = conforms("reflect", invoke(service, "reflect", {}))
     review = {item["id"]: item for item in report["needs_review"]}
     assert set(review) == {
         ids[k]
@@ -376,7 +377,7 @@ def test_reflect_reports_contradictions(
     attention: tuple[MemoryService, dict[str, str]],
 ) -> None:
     service, ids = attention
-    [alert] = invoke(service, "reflect", {})["contradictions"]
+    [alert] = conforms("reflect", invoke(service, "reflect", {}))["contradictions"]
     assert alert["subject"] == "payments"
     assert alert["predicate"] == "database"
     objects = {fact["id"]: fact["object"] for fact in alert["facts"]}

@@ -5,11 +5,12 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from ferrex import registry
 from ferrex.config import Settings
 
 IMPORT_BATCH = 500  # memories per import call (each call is one engine request)
 
-TOOL_COMMANDS = ("store", "recall", "forget", "stats", "reflect")
+TOOL_COMMANDS = registry.TOOL_NAMES  # one command per MCP tool
 
 
 class CliError(Exception):

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Sequence
-from typing import Any
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from ferrex import __version__
+from pydantic import BaseModel
+
+from ferrex import __version__, registry
 from ferrex.cli.common import IMPORT_BATCH
 from ferrex.cli.ui import add_ui_command
+from ferrex.registry import Flag
 
 _TIERS = ["small", "mid", "best", "best-large", "multilingual"]
 _RERANKERS = ["default", "multilingual", "v2-m3", "v2-m3-int8", "turbo", "tiny", "ms-marco"]
@@ -148,128 +152,88 @@ def _json_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_store_command(commands: Any) -> None:
-    store = _command(
-        commands,
-        "store",
-        _TOOL_FLAGS,
-        "store a memory (as the store tool)",
-        "Store a memory, as the store tool does: an event (content), a fact (--subject "
-        "--predicate --object) or a procedure (--name --step ...). Exit status 0 stored, "
-        "1 refused (duplicate, bad input: the tool's error code), 2 usage.",
-    )
-    store.add_argument("content", nargs="?", help="the memory text (events; optional for facts)")
-    store.add_argument("--type", choices=_TYPES, help="memory type (auto-detected when omitted)")
-    store.add_argument(
-        "--entity", action="append", dest="entities", metavar="NAME", help="entity (repeatable)"
-    )
-    store.add_argument("--subject", help="fact subject")
-    store.add_argument("--predicate", help="fact predicate")
-    store.add_argument("--object", dest="object_", metavar="OBJECT", help="fact object")
-    store.add_argument("--confidence", type=float, help="fact confidence in [0, 1]")
-    store.add_argument("--name", help="procedure name")
-    store.add_argument(
-        "--step", action="append", dest="steps", metavar="TEXT", help="procedure step (repeatable)"
-    )
-    store.add_argument(
-        "--condition",
-        action="append",
-        dest="conditions",
-        metavar="TEXT",
-        help="procedure condition (repeatable)",
-    )
-    store.add_argument("--timestamp", metavar="ISO", help="when the event happened (ISO 8601)")
-    store.add_argument("--t-valid", metavar="ISO", help="when the fact became true")
-    store.add_argument("--t-invalid", metavar="ISO", help="when the fact stopped being true")
-    store.add_argument("--supersedes", metavar="ID", help="id of the memory this one replaces")
-    store.add_argument("--source", help="where this came from (memory:<id> cites a memory)")
-    store.add_argument("--context", metavar="JSON", help="context object as JSON")
-    store.add_argument("--pinned", action="store_true", default=None, help="never evict it")
-    store.add_argument(
-        "--multi-valued", action="store_true", default=None, help="the predicate has many values"
-    )
-    _json_flag(store)
-
-
-def _add_recall_command(commands: Any) -> None:
-    recall = _command(
-        commands,
-        "recall",
-        (*_TOOL_FLAGS, _rerank_flags),
-        "search memory (as the recall tool)",
-        "Search memory, as the recall tool does. Exit status 0 answered (even with no "
-        "results), 1 refused, 2 usage.",
-    )
-    recall.add_argument("query", help="what to look for")
-    recall.add_argument("--limit", type=int, metavar="N", help="at most N results (default 5)")
-    recall.add_argument(
-        "--type", action="append", dest="types", choices=_TYPES, help="memory type (repeatable)"
-    )
-    recall.add_argument(
-        "--entity", action="append", dest="entities", metavar="NAME", help="entity (repeatable)"
-    )
-    recall.add_argument("--after", metavar="ISO", help="time range start")
-    recall.add_argument("--before", metavar="ISO", help="time range end")
-    recall.add_argument("--as-of", metavar="ISO", help="what was true at this time")
-    recall.add_argument(
-        "--include-stale", action="store_true", default=None, help="also return stale memories"
-    )
-    recall.add_argument(
-        "--include-invalidated",
-        action="store_true",
-        default=None,
-        help="also return superseded facts",
-    )
-    recall.add_argument("--max-tokens", type=int, metavar="N", help="token budget for results")
-    recall.add_argument("--explain", action="store_true", default=None, help="show the ranks")
-    recall.add_argument(
+# The CLI's own flags of a tool command, beside those made from its request fields (the
+# registry's ``Command.cli_only`` names them).
+_CLI_ONLY: dict[str, Callable[[argparse.ArgumentParser], Any]] = {
+    "ids": lambda parser: parser.add_argument(
         "--ids",
         action="store_true",
         dest="ids_only",
         help="print only the result ids, one a line (for scripts)",
-    )
-    recall.add_argument(
+    ),
+    "brief": lambda parser: parser.add_argument(
         "--brief", action="store_true", help="one line per result (content cut to the line)"
-    )
-    _json_flag(recall)
+    ),
+}
+
+
+def _unwrap(annotation: Any) -> Any:
+    """A field's type without ``Optional`` and ``Annotated`` (the constraints)."""
+    while True:
+        origin = get_origin(annotation)
+        if origin is Annotated:
+            annotation = get_args(annotation)[0]
+        elif origin is Union or origin is UnionType:
+            kept = [a for a in get_args(annotation) if a is not type(None)]
+            if len(kept) != 1:
+                return annotation
+            annotation = kept[0]
+        else:
+            return annotation
+
+
+def field_kind(model: type[BaseModel], path: str) -> tuple[Any, bool, list[Any] | None]:
+    """The type of request field ``path`` (``a.b``: field b of the nested model a), whether it
+    is a list (of that type), and its choices (a ``Literal``'s values)."""
+    *outer, name = path.split(".")
+    for part in outer:
+        model = _unwrap(model.model_fields[part].annotation)
+    kind = _unwrap(model.model_fields[name].annotation)
+    is_list = get_origin(kind) is list
+    if is_list:
+        kind = _unwrap(get_args(kind)[0])
+    choices = list(get_args(kind)) if get_origin(kind) is Literal else None
+    return kind, is_list, choices
+
+
+def _add_field_flag(parser: argparse.ArgumentParser, model: type[BaseModel], flag: Flag) -> None:
+    kind, is_list, choices = field_kind(model, flag.field)
+    options: dict[str, Any] = {"help": flag.help}
+    if flag.metavar is not None:
+        options["metavar"] = flag.metavar
+    if choices is not None:
+        options["choices"] = choices
+    if flag.flag is None:  # positional: named as the field
+        if is_list:
+            options["nargs"] = "+"
+        elif flag.optional:
+            options["nargs"] = "?"
+        parser.add_argument(flag.field, **options)
+        return
+    options["dest"] = flag.field
+    if kind is bool:
+        options.update(action="store_true", default=None)
+    elif is_list:
+        options["action"] = "append"
+    elif kind is int or kind is float:
+        options["type"] = kind
+    parser.add_argument(flag.flag, **options)
 
 
 def _add_tool_commands(commands: Any) -> None:
-    """The human CLI: one command per MCP tool, same validation and answers (``--json``)."""
-    _add_store_command(commands)
-    _add_recall_command(commands)
-
-    forget = _command(
-        commands,
-        "forget",
-        _TOOL_FLAGS,
-        "delete memories by id (as the forget tool)",
-        "Delete memories by id, as the forget tool does. Unknown ids are reported, not fatal.",
-    )
-    forget.add_argument("ids", nargs="+", metavar="ID", help="memory id")
-    forget.add_argument(
-        "--cascade",
-        action="store_true",
-        default=None,
-        help="also remove entities only these memories referenced",
-    )
-    _json_flag(forget)
-
-    stats = _command(commands, "stats", _TOOL_FLAGS, "memory overview (as the stats tool)")
-    stats.add_argument(
-        "--detailed", action="store_true", default=None, help="counts, staleness, storage, models"
-    )
-    _json_flag(stats)
-
-    reflect = _command(
-        commands, "reflect", _TOOL_FLAGS, "memory health review (as the reflect tool)"
-    )
-    reflect.add_argument(
-        "--confirm", action="append", dest="confirm_ids", metavar="ID", help="mark as reviewed"
-    )
-    reflect.add_argument("--pin", action="append", dest="pin_ids", metavar="ID", help="pin")
-    reflect.add_argument("--unpin", action="append", dest="unpin_ids", metavar="ID", help="unpin")
-    _json_flag(reflect)
+    """The human CLI: one command per MCP tool (``ferrex.registry``), its flags made from the
+    tool's request fields; same validation and answers (``--json``)."""
+    for operation in registry.COMMANDS:
+        command = operation.cli
+        assert command is not None and operation.request is not None
+        groups = (*_TOOL_FLAGS, _rerank_flags) if command.rerank else _TOOL_FLAGS
+        parser = _command(commands, operation.name, groups, command.help, command.description)
+        model = registry.resolve(operation.request)
+        for flag in command.flags:
+            _add_field_flag(parser, model, flag)
+        for name in command.cli_only:
+            _CLI_ONLY[name](parser)
+        _json_flag(parser)
 
 
 def _add_model_commands(commands: Any) -> None:

@@ -8,6 +8,8 @@ import sys
 import textwrap
 from typing import Any
 
+from ferrex import registry
+
 
 def render_doctor(report: dict[str, Any]) -> str:
     def mark(ok: bool) -> str:
@@ -294,13 +296,13 @@ def render_recall(
     return lines
 
 
-def render_store(answer: dict[str, Any]) -> list[str]:
+def render_store(answer: dict[str, Any], **_options: bool) -> list[str]:
     words = [str(answer.get("status", "stored")), str(answer.get("type", "")), "memory"]
     head = " ".join(w for w in [*words, str(answer.get("id", ""))] if w)
     return [head, *_pairs(answer, 2, skip=("status", "type", "id"))]
 
 
-def render_forget(answer: dict[str, Any]) -> list[str]:
+def render_forget(answer: dict[str, Any], **_options: bool) -> list[str]:
     deleted = answer.get("deleted")
     if isinstance(deleted, list):
         head = f"deleted {len(deleted)}" + (f": {', '.join(deleted)}" if deleted else "")
@@ -310,14 +312,14 @@ def render_forget(answer: dict[str, Any]) -> list[str]:
 
 
 def render(command: str, answer: Any, *, brief: bool = False, explain: bool = False) -> str:
+    """A tool command's answer as text: its own renderer (the registry's ``Command.render``),
+    else key: value lines."""
     if not isinstance(answer, dict):
         return _cell(answer) + "\n"
-    if command == "recall":
-        lines = render_recall(answer, brief=brief, explain=explain)
-    elif command == "store":
-        lines = render_store(answer)
-    elif command == "forget":
-        lines = render_forget(answer)
+    operation = registry.get(command)
+    renderer = operation.cli.render if operation is not None and operation.cli else None
+    if renderer is not None:
+        lines = registry.resolve(renderer)(answer, brief=brief, explain=explain)
     else:
         lines = _pairs(answer)
     return "\n".join(lines) + "\n"

@@ -12,9 +12,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import Any, get_origin
 
+from ferrex import registry
 from ferrex.cli.common import CliError, require_store
+from ferrex.cli.parser import field_kind
 from ferrex.cli.render import render
 from ferrex.cli.session import operate
 from ferrex.config import Settings
@@ -26,72 +28,35 @@ class UsageError(Exception):
     """A flag value the command cannot turn into tool arguments."""
 
 
-def _given(**values: Any) -> dict[str, Any]:
-    return {key: value for key, value in values.items() if value is not None}
-
-
 def tool_arguments(command: str, args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
-    """The tool call's arguments, exactly as an agent would send them."""
-    given = getattr(args, "namespace", None)
-    namespace = given if given is not None else settings.namespace
-    if command == "store":
-        context = None
-        if args.context is not None:
+    """The tool call's arguments, exactly as an agent would send them: the flags given (named
+    by the registry's ``Command.flags``), and the namespace."""
+    operation = registry.BY_NAME[command]
+    if operation.cli is None or operation.request is None:
+        raise UsageError(f"unknown command {command}")
+    model = registry.resolve(operation.request)
+    arguments: dict[str, Any] = {}
+    for flag in operation.cli.flags:
+        value = getattr(args, flag.field, None)
+        if value is None:
+            continue
+        if flag.stdin and value == "-":  # the convention: "-" reads it from standard input
+            value = sys.stdin.read().rstrip("\n")
+        kind = field_kind(model, flag.field)[0]
+        if kind is dict or get_origin(kind) is dict:  # an object, given as JSON
             try:
-                context = json.loads(args.context)
+                value = json.loads(value)
             except json.JSONDecodeError as exc:
-                raise UsageError(f"--context must be a JSON object ({exc.msg})") from None
-        content = args.content
-        if content == "-":  # the convention: "-" reads the content from standard input
-            content = sys.stdin.read().rstrip("\n")
-        return _given(
-            content=content,
-            type=args.type,
-            entities=args.entities,
-            subject=args.subject,
-            predicate=args.predicate,
-            object=args.object_,
-            confidence=args.confidence,
-            name=args.name,
-            steps=args.steps,
-            conditions=args.conditions,
-            timestamp=args.timestamp,
-            t_valid=args.t_valid,
-            t_invalid=args.t_invalid,
-            supersedes=args.supersedes,
-            source=args.source,
-            context=context,
-            pinned=args.pinned,
-            multi_valued=args.multi_valued,
-            namespace=namespace,
-        )
-    if command == "recall":
-        time_range = _given(after=args.after, before=args.before) or None
-        return _given(
-            query=args.query,
-            limit=args.limit,
-            types=args.types,
-            entities=args.entities,
-            time_range=time_range,
-            as_of=args.as_of,
-            include_stale=args.include_stale,
-            include_invalidated=args.include_invalidated,
-            max_tokens=args.max_tokens,
-            explain=args.explain,
-            namespace=namespace,
-        )
-    if command == "forget":
-        return _given(ids=args.ids, cascade=args.cascade, namespace=namespace)
-    if command == "stats":
-        return _given(detailed=args.detailed, namespace=namespace)
-    if command == "reflect":
-        return _given(
-            confirm_ids=args.confirm_ids,
-            pin_ids=args.pin_ids,
-            unpin_ids=args.unpin_ids,
-            namespace=namespace,
-        )
-    raise UsageError(f"unknown command {command}")
+                raise UsageError(f"{flag.flag} must be a JSON object ({exc.msg})") from None
+        *outer, name = flag.field.split(".")
+        target = arguments
+        for part in outer:  # a nested model's field (recall's --after: time_range.after)
+            target = target.setdefault(part, {})
+        target[name] = value
+    if "namespace" in model.model_fields:
+        given = getattr(args, "namespace", None)
+        arguments["namespace"] = given if given is not None else settings.namespace
+    return arguments
 
 
 def _cli_message(exc: Any) -> str:

@@ -1,8 +1,8 @@
 """The link between ferrex processes: MCP over the engine's Unix socket.
 
-The engine serves an MCP server of its own (``ferrex-engine``: the five tools plus the
-operations peers and operator commands send: ``hello``, ``ping``, ``doctor``, ``export``,
-``import``, ``rebuild``) with the ``mcp`` SDK's streamable-HTTP transport, bound to
+The engine serves an MCP server of its own (``ferrex-engine``: every operation of
+``ferrex.registry``: the five tools plus what peers, operator commands, the resources and the
+memory browser send) with the ``mcp`` SDK's streamable-HTTP transport, bound to
 ``<data dir>/ferrex.sock`` (mode 0600 in the 0700 data dir) instead of a TCP port: the same
 protocol and SDK code as the team server (``ferrex serve --http``), no framing of our own.
 It runs stateless (each call stands alone, so an idle peer never loses a session) and answers
@@ -35,19 +35,13 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.server.lowlevel import Server
 from mcp.server.transport_security import TransportSecuritySettings
 
-from ferrex import __version__
+from ferrex import __version__, registry
 from ferrex.core import errors
 from ferrex.core.errors import FerrexError
 
 # Everything a peer or an operator command may send to the engine (its MCP tools on the
-# socket): the five tools (``server.calls.TOOL_OPS``) and the operations of
-# ``runtime.operations.dispatch``. Named here so that importing the link (every server does at
-# start-up) does not import the engine.
-ENGINE_OPS = (
-    *("store", "recall", "forget", "reflect", "stats"),
-    *("ping", "hello", "init", "doctor", "export", "import", "rebuild", "memory", "namespaces"),
-    *("browse", "history", "activity"),  # the memory browser's reads (ferrex ui)
-)
+# socket): every operation of the registry (which imports no engine code).
+ENGINE_OPS = registry.NAMES
 
 log = structlog.get_logger("ferrex.engine")
 

@@ -1,4 +1,6 @@
-"""Operations the engine executes for its own MCP session, for peers and for operator commands."""
+"""The engine's dispatch (every operation of ``ferrex.registry``, for its own MCP session, for
+peers and for operator commands), the use cases of the operations that are no tool, and the
+settings a joining process is told."""
 
 from __future__ import annotations
 
@@ -8,11 +10,10 @@ from typing import Any
 import structlog
 
 from ferrex.config import Settings
-from ferrex.core import errors
+from ferrex.core import errors, maintenance
 from ferrex.core.errors import FerrexError
-from ferrex.core.maintenance import doctor, export_lines, import_records, rebuild
 from ferrex.core.service import MemoryService
-from ferrex.server.calls import TOOL_OPS, run_tool
+from ferrex.server.calls import run_operation
 from ferrex.server.presenter import present_memory, present_namespaces
 
 log = structlog.get_logger("ferrex.engine")
@@ -155,7 +156,7 @@ def dispatch(
     """Run an operation; a write the disk cannot hold answers ``storage_full`` (the data dir's
     path goes to stderr, never to the agent). ``key``: a forwarded write's idempotency key."""
     try:
-        return _dispatch(service, op, arguments, key)
+        return run_operation(service, op, arguments, key)
     except FerrexError:
         raise
     except Exception as exc:
@@ -170,33 +171,39 @@ def dispatch(
         raise errors.storage_full(_space_error(exc)) from exc
 
 
-def _dispatch(
-    service: MemoryService, op: str, arguments: dict[str, Any], key: str | None = None
-) -> Any:
-    if op in TOOL_OPS:
-        return run_tool(service, op, arguments, key)
-    if op == "ping":
-        return {"ok": True}
-    if op == "init":  # what a server's first start does: the model pinned, the index created
-        service.ensure_ready()
-        return run_tool(service, "stats", arguments)
-    if op == "hello":
-        return hello(service, arguments)
-    if op == "doctor":
-        return doctor(service, repair=bool(arguments.get("repair")))
-    if op == "export":
-        return list(export_lines(service, arguments.get("namespace")))
-    if op == "import":
-        return import_records(service, list(arguments.get("records") or []))
-    if op == "rebuild":
-        return rebuild(service)
-    if op == "memory":
-        return present_memory(service.memory(str(arguments.get("id", ""))))
-    if op == "browse" or op == "history" or op == "activity":  # the memory browser's reads
-        from ferrex.server.views import run_view
+# ---- the use cases of the operations that are no tool (``ferrex.registry`` names them)
 
-        return run_view(service, op, arguments)
-    if op == "namespaces":
-        default = arguments.get("namespace") or service.settings.namespace
-        return present_namespaces(service.namespaces(), str(default))
-    raise FerrexError(errors.UNKNOWN_TOOL, f"unknown operation '{op[:40]}'")
+
+def ping(service: MemoryService, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {"ok": True}
+
+
+def init(service: MemoryService, arguments: dict[str, Any]) -> Any:
+    """What a server's first start does: the model pinned, the index created; then stats."""
+    service.ensure_ready()
+    return run_operation(service, "stats", arguments)
+
+
+def doctor(service: MemoryService, arguments: dict[str, Any]) -> Any:
+    return maintenance.doctor(service, repair=bool(arguments.get("repair")))
+
+
+def export(service: MemoryService, arguments: dict[str, Any]) -> list[Any]:
+    return list(maintenance.export_lines(service, arguments.get("namespace")))
+
+
+def import_batch(service: MemoryService, arguments: dict[str, Any]) -> Any:
+    return maintenance.import_records(service, list(arguments.get("records") or []))
+
+
+def rebuild_index(service: MemoryService, arguments: dict[str, Any]) -> Any:
+    return maintenance.rebuild(service)
+
+
+def memory(service: MemoryService, arguments: dict[str, Any]) -> dict[str, Any]:
+    return present_memory(service.memory(str(arguments.get("id", ""))))
+
+
+def namespaces(service: MemoryService, arguments: dict[str, Any]) -> dict[str, Any]:
+    default = arguments.get("namespace") or service.settings.namespace
+    return present_namespaces(service.namespaces(), str(default))

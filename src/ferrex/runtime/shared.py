@@ -32,6 +32,7 @@ import anyio
 import anyio.abc
 import structlog
 
+from ferrex import registry
 from ferrex.config import Settings
 from ferrex.core import errors
 from ferrex.core.errors import FerrexError
@@ -41,14 +42,6 @@ from ferrex.runtime.ownership import OwnerLock, attached, socket_path
 
 log = structlog.get_logger("ferrex.engine")
 
-_READ_ONLY_OPS = frozenset({"recall", "stats", "ping", "memory", "namespaces", "export"})
-# Writes sent with an idempotency key (recorded with the write: exactly once on a retry).
-_KEYED_OPS = frozenset({"store", "forget"})
-# What a peer sends again when its engine went away mid-call: reads, keyed writes, and reflect
-# (its actions - confirm, pin, unpin - give the same result applied twice). Operator commands
-# that change the store (doctor --repair, import, rebuild) are not: their caller is told to
-# check and retry.
-_RETRIED_OPS = _READ_ONLY_OPS | _KEYED_OPS | {"reflect"}
 _WATCH_SECONDS = 0.2  # how often a peer checks that the engine process still holds the lock
 # How long reaching (or becoming) the engine may take: a leaving engine finishes the calls in
 # flight first, and the process taking over opens the store and loads the model.
@@ -261,6 +254,7 @@ class SharedBackend:
         process goes away mid-call, the call waits for the takeover and is sent again: reads
         as they are, writes with the idempotency key they were first sent with."""
         key: str | None = None
+        spec = registry.get(op)
         deadline = anyio.current_time() + _HANDOVER_SECONDS
         while anyio.current_time() < deadline:
             if self.failure is not None:
@@ -272,12 +266,15 @@ class SharedBackend:
                 # The engine went away: wait for the takeover (or reconnection), then send.
                 await self._recover(connection)
                 continue
-            if key is None and op in _KEYED_OPS:
+            if key is None and spec is not None and spec.keyed:
                 key = uuid.uuid4().hex  # one per call: every attempt carries the same
             try:
                 return await connection.request(op, arguments, key)
             except _LINK_ERRORS as exc:
-                resend = op in _RETRIED_OPS or (op == "doctor" and not arguments.get("repair"))
+                # Reads, keyed writes and idempotent ones (``Operation.resend``); not the
+                # operator commands that change the store (import, rebuild, doctor --repair):
+                # their caller is told to check and retry.
+                resend = spec is not None and spec.resend(arguments)
                 if resend:
                     # Applied at most once: ask the engine that takes over (or this process).
                     log.info(

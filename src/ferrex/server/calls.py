@@ -1,41 +1,36 @@
-"""One tool call in process: parse the arguments into the tool's request model, run its use
-case, present the result. The engine runs every MCP call (its own and its peers') through
-``run_tool``; import and benchmarks use ``store_many``."""
+"""One operation in process: parse the arguments into the operation's request model, run its
+use case, present the result (``ferrex.registry`` names all three). The engine runs every
+call (its own and its peers') through ``run_operation``; import and benchmarks use
+``store_many``."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from ferrex import registry
+from ferrex.core import errors
 from ferrex.core.errors import FerrexError
-from ferrex.core.requests import (
-    ForgetRequest,
-    RecallRequest,
-    ReflectRequest,
-    StatsRequest,
-    StoreRequest,
-    parse,
-)
+from ferrex.core.requests import parse
 from ferrex.core.service import MemoryService
-from ferrex.server.presenter import present, present_store_many
+from ferrex.server.presenter import present_store_many
 
-TOOL_OPS = ("store", "recall", "forget", "reflect", "stats")
-# The writes recorded under a forwarded call's key (exactly-once on retry); reflect's actions
-# (confirm, pin, unpin) give the same result when applied twice.
-KEYED_OPS = ("store", "forget")
-REQUESTS: dict[str, Any] = {
-    "store": StoreRequest,
-    "recall": RecallRequest,
-    "forget": ForgetRequest,
-    "reflect": ReflectRequest,
-    "stats": StatsRequest,
-}
+
+def operation(name: str) -> registry.Operation:
+    found = registry.get(name)
+    if found is None:
+        raise FerrexError(errors.UNKNOWN_TOOL, f"unknown operation '{name[:40]}'")
+    return found
 
 
 def parse_tool(service: MemoryService, tool: str, arguments: Any) -> Any:
-    """A tool's arguments as its request model (``FerrexError`` with the code if invalid)."""
+    """An operation's arguments as its request model (``FerrexError`` with the code if
+    invalid); the arguments as sent for an operation without one."""
+    model = operation(tool).request
+    if model is None:
+        return arguments
     settings = service.settings
     return parse(
-        REQUESTS[tool],
+        registry.resolve(model),
         arguments,
         settings.limits,
         tool,
@@ -43,16 +38,25 @@ def parse_tool(service: MemoryService, tool: str, arguments: Any) -> Any:
     )
 
 
+def run_operation(service: MemoryService, name: str, arguments: Any, key: str | None = None) -> Any:
+    """One call: parse the arguments, run the use case, present its result. ``key``: the
+    idempotency key of a write forwarded by another ferrex process (store, forget)."""
+    spec = operation(name)
+    request = parse_tool(service, name, arguments)
+    use_case = registry.resolve(spec.use_case)
+    if key is not None and spec.keyed:
+        result = use_case(service, request, key)
+    else:
+        result = use_case(service, request)
+    return registry.resolve(spec.present)(result) if spec.present is not None else result
+
+
 def run_tool(
     service: MemoryService, tool: str, arguments: Any, key: str | None = None
 ) -> dict[str, Any]:
-    """One tool call: parse the arguments, run the use case, present its result. ``key``: the
-    idempotency key of a write forwarded by another ferrex process (store, forget)."""
-    request = parse_tool(service, tool, arguments)
-    use_case = getattr(service, tool)
-    if key is not None and tool in KEYED_OPS:
-        return present(tool, use_case(request, key))
-    return present(tool, use_case(request))
+    """One tool call (an operation whose answer is a JSON object)."""
+    answer: dict[str, Any] = run_operation(service, tool, arguments, key)
+    return answer
 
 
 def store_many(service: MemoryService, items: list[Any], batch: int = 256) -> list[dict[str, Any]]:

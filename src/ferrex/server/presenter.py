@@ -472,18 +472,3 @@ def present_namespaces(counts: list[NamespaceCounts], default: str) -> dict[str,
         "namespaces": [{"name": c.name, "total": c.total, "by_type": c.by_type} for c in counts],
         "default": default,
     }
-
-
-def present(tool: str, result: Any) -> dict[str, Any]:
-    """The answer of ``tool`` for its use case's result."""
-    if tool == "store":
-        return present_store(result)
-    if tool == "recall":
-        return present_recall(result)
-    if tool == "forget":
-        return present_forget(result)
-    if tool == "reflect":
-        return present_reflect(result)
-    if tool == "stats":
-        return present_stats(result)
-    raise ValueError(f"no presenter for {tool!r}")

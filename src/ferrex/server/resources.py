@@ -7,7 +7,8 @@
   contradictions (optionally for one namespace).
 
 Resources are read through the same backend as the tools (the data dir's engine), so a peer
-process reads what the engine holds.
+process reads what the engine holds; each is an operation of ``ferrex.registry`` (its entry
+names the URI).
 """
 
 from __future__ import annotations
@@ -19,44 +20,56 @@ from typing import Any
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
+from ferrex import registry
 from ferrex.core.errors import FerrexError
 
-STATS_URI = "ferrex://stats"
-NAMESPACES_URI = "ferrex://namespaces"
-MEMORY_TEMPLATE = "ferrex://memory/{id}"
 PRIMER = "memory-primer"
 RESOURCE_NOT_FOUND = -32002  # the MCP specification's code for an unknown resource
-_MEMORY_URI = re.compile(r"^ferrex://memory/([^/?#]+)$")
 _JSON = "application/json"
+# The operations that answer a resource (``ferrex.registry``: its URI, title, description).
+_ANSWERING = tuple(op for op in registry.OPERATIONS if op.resource is not None)
+
+
+def _resource(operation: registry.Operation) -> registry.Resource:
+    assert operation.resource is not None
+    return operation.resource
+
 
 RESOURCES = [
     types.Resource(
-        uri=STATS_URI,
-        name="stats",
-        title="Memory overview",
-        description="Brief memory stats of the server's namespace: total, recent memories and "
-        "what needs attention (the stats tool's brief answer).",
+        uri=spec.uri,
+        name=op.name,
+        title=spec.title,
+        description=spec.description,
         mime_type=_JSON,
-    ),
-    types.Resource(
-        uri=NAMESPACES_URI,
-        name="namespaces",
-        title="Namespaces",
-        description="Every namespace in this store with its memory counts by type.",
-        mime_type=_JSON,
-    ),
+    )
+    for op in _ANSWERING
+    if not (spec := _resource(op)).is_template
 ]
 
 TEMPLATES = [
     types.ResourceTemplate(
-        uri_template=MEMORY_TEMPLATE,
-        name="memory",
-        title="A memory",
-        description="One memory by id (as recall returns ids): its content, type, metadata and "
-        "freshness.",
+        uri_template=spec.uri,
+        name=op.name,
+        title=spec.title,
+        description=spec.description,
         mime_type=_JSON,
     )
+    for op in _ANSWERING
+    if (spec := _resource(op)).is_template
 ]
+
+
+def _pattern(template: str) -> re.Pattern[str]:
+    """A URI template as a pattern: each ``{name}`` is one path segment."""
+    parts = re.split(r"\{(\w+)\}", template)
+    pattern = "".join(
+        re.escape(part) if i % 2 == 0 else f"(?P<{part}>[^/?#]+)" for i, part in enumerate(parts)
+    )
+    return re.compile(f"^{pattern}$")
+
+
+_MATCHERS = [(op.name, _pattern(_resource(op).uri)) for op in _ANSWERING]
 
 PROMPTS = [
     types.Prompt(
@@ -128,19 +141,14 @@ def get_prompt(name: str, arguments: dict[str, str] | None) -> types.GetPromptRe
 
 
 def resource_call(uri: str, default_namespace: str) -> tuple[str, dict[str, Any]]:
-    """The engine operation (and its arguments) that answers a resource URI."""
-    if uri == STATS_URI:
-        return "stats", {"namespace": default_namespace}
-    if uri == NAMESPACES_URI:
-        return "namespaces", {"namespace": default_namespace}  # this process's default
-    match = _MEMORY_URI.match(uri)
-    if match:
-        return "memory", {"id": match.group(1)}
-    raise MCPError(
-        RESOURCE_NOT_FOUND,
-        f"unknown resource '{uri[:80]}'; resources: {STATS_URI}, {NAMESPACES_URI}, "
-        f"{MEMORY_TEMPLATE}",
-    )
+    """The engine operation (and its arguments) that answers a resource URI: a template's
+    values, and this process's default namespace."""
+    for op, pattern in _MATCHERS:
+        match = pattern.match(uri)
+        if match:
+            return op, {"namespace": default_namespace, **match.groupdict()}
+    known = ", ".join([*(r.uri for r in RESOURCES), *(t.uri_template for t in TEMPLATES)])
+    raise MCPError(RESOURCE_NOT_FOUND, f"unknown resource '{uri[:80]}'; resources: {known}")
 
 
 def resource_contents(uri: str, payload: Any) -> types.ReadResourceResult:

@@ -1,4 +1,5 @@
-"""Tool input schemas made from the validating request models (``core/requests.py``).
+"""Tool schemas: inputs made from the validating request models (``core/requests.py``),
+outputs from the answer models (``server/answers.py``).
 
 One source for the schema an agent is shown, the validation a call gets and its error codes.
 pydantic's JSON Schema is cut to what a model needs to call the tool (it is in every agent's
@@ -29,35 +30,59 @@ def input_schema(model: type[BaseModel], *, maxima: dict[str, int] | None = None
     return schema
 
 
-def _simplify(node: Any, definitions: dict[str, Any]) -> Any:
+def output_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The JSON Schema of a tool's answer model: as lean as an input schema, without
+    descriptions; a field that may be left out is absent (never null), while a field declared
+    nullable without a default (``last_accessed``) keeps its ``null``."""
+    raw = model.model_json_schema(mode="serialization")
+    definitions = raw.pop("$defs", {})
+    schema: dict[str, Any] = _simplify(raw, definitions, output=True)
+    return schema
+
+
+def _simplify(
+    node: Any, definitions: dict[str, Any], *, output: bool = False, required: bool = False
+) -> Any:
+    """``node`` cut down; ``output``: an answer's schema (``required``: the property is one
+    an answer always holds, so a ``null`` alternative is a value it may hold)."""
     if isinstance(node, list):
-        return [_simplify(item, definitions) for item in node]
+        return [_simplify(item, definitions, output=output) for item in node]
     if not isinstance(node, dict):
         return node
     if "$ref" in node:
         target = definitions[node["$ref"].rsplit("/", 1)[-1]]
         merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
-        return _simplify(merged, definitions)
+        return _simplify(merged, definitions, output=output, required=required)
     options = node.get("anyOf")
-    if isinstance(options, list):
+    if isinstance(options, list) and not (output and required):
         kept = [o for o in options if o != {"type": "null"}]
         if len(kept) == 1:
             rest = {k: v for k, v in node.items() if k != "anyOf"}
-            return _simplify({**kept[0], **rest}, definitions)
+            return _simplify({**kept[0], **rest}, definitions, output=output)
     out: dict[str, Any] = {}
     for key, value in node.items():
-        if key in _DROP:
+        if _dropped(key, value, output):
             continue
-        if key == "description" and isinstance(value, str):
-            value = value.strip()
-            if not value:
-                continue
-        if key == "properties":
-            out[key] = {name: _simplify(v, definitions) for name, v in value.items()}
-        elif key == "additionalProperties" and value is not False:
-            continue  # the default (None: a nested model's, said once on the tool's schema)
-        elif key == "maximum" and isinstance(value, int | float) and value >= IMPLEMENTATION_BOUND:
-            continue  # a sanity bound no agent meets (validation still refuses past it)
+        if key == "description":
+            out[key] = value.strip()
+        elif key == "properties":
+            needed = set(node.get("required", ()))
+            out[key] = {
+                name: _simplify(v, definitions, output=output, required=name in needed)
+                for name, v in value.items()
+            }
         else:
-            out[key] = _simplify(value, definitions)
+            out[key] = _simplify(value, definitions, output=output)
     return out
+
+
+def _dropped(key: str, value: Any, output: bool) -> bool:
+    """Whether a schema keyword is left out of what agents are shown."""
+    if key in _DROP:
+        return True
+    if key == "description":  # an answer's schema has none; an empty one says nothing
+        return output or not (isinstance(value, str) and value.strip())
+    if key == "additionalProperties":
+        return value is not False  # the default (None: a nested model's, said once on the tool)
+    # A sanity bound no agent meets (validation still refuses past it).
+    return key == "maximum" and isinstance(value, int | float) and value >= IMPLEMENTATION_BOUND

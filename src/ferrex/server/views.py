@@ -9,25 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ferrex.core.browse import (
-    Activity,
-    ActivityRequest,
-    BrowseItem,
-    BrowsePage,
-    BrowseRequest,
-    History,
-    HistoryRequest,
-)
-from ferrex.core.requests import parse
+from ferrex.core.browse import Activity, BrowseItem, BrowsePage, History
 from ferrex.core.results import MemoryView
-from ferrex.core.service import MemoryService
 from ferrex.server.presenter import present_memory
-
-VIEW_REQUESTS: dict[str, Any] = {
-    "browse": BrowseRequest,
-    "history": HistoryRequest,
-    "activity": ActivityRequest,
-}
 
 
 def _item(item: BrowseItem) -> dict[str, Any]:
@@ -55,13 +39,3 @@ def present_history(history: History) -> dict[str, Any]:
 
 def present_activity(activity: Activity) -> dict[str, Any]:
     return {"namespace": activity.namespace, "months": activity.months, "by_type": activity.by_type}
-
-
-def run_view(service: MemoryService, op: str, arguments: Any) -> dict[str, Any]:
-    """One browsing read: parse (the tools' validation and error codes), run, present."""
-    request = parse(VIEW_REQUESTS[op], arguments, service.settings.limits, op)
-    if isinstance(request, BrowseRequest):
-        return present_browse(service.browse(request))
-    if isinstance(request, HistoryRequest):
-        return present_history(service.history(request))
-    return present_activity(service.activity(request))
