@@ -26,7 +26,7 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent / "src"))
 
-from ferrex.core.secrets import SecretScanner  # noqa: E402
+from ferrex.core.secrets.scanner import SecretScanner  # noqa: E402
 from ferrex.embed.embedder import FastEmbedEmbedder  # noqa: E402
 
 EVAL = BENCH.parent.parent / "shared" / "eval"

@@ -18,8 +18,8 @@ import pytest
 from tests.conftest import ServiceFactory
 from tests.support.typed import stored
 
-from ferrex.core.dedup import find_duplicate
 from ferrex.core.errors import FerrexError
+from ferrex.core.ingest.dedup import find_duplicate
 from ferrex.core.ports import IndexHit
 from ferrex.core.service import MemoryService
 from ferrex.embed.embedder import FastEmbedEmbedder

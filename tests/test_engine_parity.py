@@ -27,7 +27,7 @@ from qdrant_client import QdrantClient
 from tests.conftest import ServiceFactory
 from tests.support.parity import order_difference, same_set
 
-from ferrex.config import RetrievalConfig
+from ferrex.config.recall import RetrievalConfig
 from ferrex.core.service import MemoryService
 from ferrex.server.calls import run_tool, store_many
 from ferrex.store.qdrant import QdrantIndex

@@ -38,7 +38,7 @@ def test_golden_set_keeps_its_recall_at_the_default_floor_and_gate(
     services turn floor and gate off): no golden answer may fall under them. The paraphrase
     of "short, direct answers" (no word shared) has a low MaxSim; the floor judges the
     two-channel relevance, which keeps it."""
-    from ferrex.config import RetrievalConfig
+    from ferrex.config.recall import RetrievalConfig
 
     defaults = RetrievalConfig()
     service = make_service(

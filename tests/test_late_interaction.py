@@ -195,7 +195,7 @@ def test_a_tier_prefix_is_no_token_of_the_query_or_the_memory(models_dir: Path) 
 
 
 def test_a_candidate_the_channel_did_not_score_keeps_its_two_channel_relevance() -> None:
-    from ferrex.config import RelevanceModel
+    from ferrex.config.recall import RelevanceModel
     from ferrex.core.ports import IndexHit
     from ferrex.core.recall.relevance import evidence_of, relevance, score_evidence
 

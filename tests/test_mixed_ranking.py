@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from tests.conftest import mcp_client, ok
 
-from ferrex.config import RetrievalConfig
+from ferrex.config.recall import RetrievalConfig
 
 pytestmark = pytest.mark.anyio
 

@@ -25,7 +25,8 @@ from qdrant_client import QdrantClient, models
 from tests.conftest import ServiceFactory
 from tests.support.parity import order_difference
 
-from ferrex.config import ConfigError, QdrantConfig, load_settings
+from ferrex.config import ConfigError, load_settings
+from ferrex.config.engine import QdrantConfig
 from ferrex.core.maintenance import rebuild
 from ferrex.server.calls import run_tool, store_many
 from ferrex.store.edge import EdgeIndex

@@ -18,7 +18,7 @@ import anyio
 import pytest
 from tests.conftest import mcp_client, ok
 
-from ferrex.config import RetrievalConfig
+from ferrex.config.recall import RetrievalConfig
 
 pytestmark = pytest.mark.anyio
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ferrex.config import RecencyConfig, RetrievalConfig
+from ferrex.config.recall import RecencyConfig, RetrievalConfig
 from ferrex.core.memory import MemoryType
 from ferrex.core.retrieval import (
     Candidate,
@@ -190,7 +190,7 @@ def test_fit_budget_cuts_whole_results() -> None:
 
 
 def test_relevance_is_a_probability_rising_with_each_piece_of_evidence() -> None:
-    from ferrex.config import RelevanceModel
+    from ferrex.config.recall import RelevanceModel
     from ferrex.core.recall.relevance import relevance
 
     model = RelevanceModel()
@@ -236,7 +236,7 @@ def test_a_small_store_counts_its_bm25_evidence_for_less() -> None:
 
 
 def test_the_answer_gate_needs_one_kind_of_evidence_at_its_boundary() -> None:
-    from ferrex.config import AnswerGate
+    from ferrex.config.recall import AnswerGate
     from ferrex.core.recall.relevance import answers
 
     gate = AnswerGate()
@@ -296,7 +296,7 @@ def test_rrf_order_keeps_scores_from_rising_down_the_list() -> None:
 
 
 def test_context_neighbours_credit_by_noisy_or_within_the_gap() -> None:
-    from ferrex.config import NeighbourConfig
+    from ferrex.config.recall import NeighbourConfig
     from ferrex.core.neighbours import context_credit
 
     cfg = NeighbourConfig(weight=0.4, decay=0.5, window=2, gap_seconds=3600)
@@ -326,7 +326,7 @@ def test_context_neighbours_credit_by_noisy_or_within_the_gap() -> None:
 def test_context_lifts_a_memory_at_most_to_the_hit_it_is_context_of() -> None:
     """The cap: noisy-OR credit never lifts a neighbour over the most relevant hit that gave
     it; a neighbour already above that hit keeps its own relevance."""
-    from ferrex.config import NeighbourConfig
+    from ferrex.config.recall import NeighbourConfig
     from ferrex.core.neighbours import context_credit
 
     cfg = NeighbourConfig(weight=0.4, decay=0.5, window=2, gap_seconds=3600, min_similarity=-1)
@@ -347,7 +347,7 @@ def test_context_lifts_a_memory_at_most_to_the_hit_it_is_context_of() -> None:
 
 
 def test_decay_zero_makes_only_the_nearest_neighbours_context() -> None:
-    from ferrex.config import NeighbourConfig
+    from ferrex.config.recall import NeighbourConfig
     from ferrex.core.neighbours import context_credit
 
     cfg = NeighbourConfig(weight=0.4, decay=0.0, window=2, gap_seconds=3600, min_similarity=-1)
@@ -366,7 +366,7 @@ def test_decay_zero_makes_only_the_nearest_neighbours_context() -> None:
 def test_a_neighbour_about_something_else_gets_no_credit() -> None:
     """``min_similarity``: credit passes only to a neighbour whose dense cosine with the hit
     reaches it (at the boundary: passes; one step under: none); unknown vectors pass none."""
-    from ferrex.config import NeighbourConfig
+    from ferrex.config.recall import NeighbourConfig
     from ferrex.core.neighbours import context_credit
 
     cfg = NeighbourConfig(weight=0.4, decay=0.5, window=2, gap_seconds=3600, min_similarity=0.4)
@@ -422,7 +422,7 @@ def test_the_answer_to_a_question_gets_its_credit_whatever_its_cosine() -> None:
     """A hit that asks passes the memory stored right after it ``answer_weight x relevance``,
     ungated by ``min_similarity``; the one before it, and every neighbour of a hit that does
     not ask, stay ordinary (gated, weight x decay^(d-1)); answer_weight 0 turns the rule off."""
-    from ferrex.config import NeighbourConfig
+    from ferrex.config.recall import NeighbourConfig
     from ferrex.core.neighbours import context_credit
 
     t = "2026-01-01T10:00:00+00:00"
@@ -636,7 +636,7 @@ def test_the_pruning_bound_never_drops_a_member_of_the_page(
 
 
 def test_context_of_names_the_most_relevant_hit_that_raised_a_memory() -> None:
-    from ferrex.config import NeighbourConfig
+    from ferrex.config.recall import NeighbourConfig
     from ferrex.core.neighbours import context_credit
 
     cfg = NeighbourConfig(weight=0.5, decay=0.5, window=2, gap_seconds=3600, min_similarity=-1)
@@ -655,7 +655,7 @@ def test_context_of_names_the_most_relevant_hit_that_raised_a_memory() -> None:
 
 
 def test_a_fact_or_procedure_next_to_an_event_is_not_its_context() -> None:
-    from ferrex.config import NeighbourConfig
+    from ferrex.config.recall import NeighbourConfig
     from ferrex.core.neighbours import context_credit
 
     cfg = NeighbourConfig(weight=0.5, decay=0.5, window=2, gap_seconds=3600, min_similarity=-1)

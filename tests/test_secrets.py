@@ -20,7 +20,8 @@ from tests.conftest import call, ferrex_command, mcp_client, ok
 from tests.support.secret_samples import NEAR_MISSES, SECRETS
 from tests.test_cli_ops import cli, cli_env
 
-from ferrex.core.secrets import SecretScanner, shannon_entropy
+from ferrex.core.secrets.patterns import shannon_entropy
+from ferrex.core.secrets.scanner import SecretScanner
 
 pytestmark = pytest.mark.anyio
 

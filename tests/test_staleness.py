@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 
 from ferrex.cli.main import _settings
 from ferrex.cli.parser import build_parser
-from ferrex.config import ConfigError, StalenessConfig, load_settings
+from ferrex.config import ConfigError, load_settings
+from ferrex.config.lifecycle import StalenessConfig
 from ferrex.core.clock import to_iso
 from ferrex.core.memory import Memory, MemoryType
 from ferrex.core.service import MemoryService

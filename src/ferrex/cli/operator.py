@@ -368,7 +368,7 @@ def import_file(settings: Settings, explicit_tier: bool, path: str, batch: int) 
     from ferrex.core.errors import FerrexError
     from ferrex.core.export_format import check_records
     from ferrex.core.secret_sweep import refuse_secrets
-    from ferrex.core.secrets import SecretScanner
+    from ferrex.core.secrets.scanner import SecretScanner
 
     if batch < 1:
         raise CliError("--batch must be at least 1")

@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from ferrex.config import StalenessConfig
+from ferrex.config.lifecycle import StalenessConfig
 from ferrex.core.clock import from_iso
 from ferrex.core.memory import Memory, MemoryType
 from ferrex.core.ports import LifecycleQueries, ReviewBucket

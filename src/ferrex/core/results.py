@@ -12,7 +12,7 @@ from enum import StrEnum
 from typing import Any
 
 from ferrex.core.memory import Memory, MemoryType
-from ferrex.core.secrets import Redaction
+from ferrex.core.secrets.scanner import Redaction
 from ferrex.core.staleness import Freshness
 
 

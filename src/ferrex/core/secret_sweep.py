@@ -13,13 +13,8 @@ import structlog
 from ferrex.core import errors
 from ferrex.core.errors import FerrexError
 from ferrex.core.memory import Memory, MemoryType
-from ferrex.core.secrets import (
-    MEMORY_TEXT_FIELDS,
-    Redaction,
-    SecretScanner,
-    find_in_fields,
-    scan_fields,
-)
+from ferrex.core.secrets.fields import MEMORY_TEXT_FIELDS, find_in_fields, scan_fields
+from ferrex.core.secrets.scanner import Redaction, SecretScanner
 from ferrex.core.service import MemoryService
 
 log = structlog.get_logger("ferrex.secrets")

@@ -30,7 +30,7 @@ from ferrex.core.deps import Deps
 from ferrex.core.entities import EntityResolver
 from ferrex.core.errors import FerrexError
 from ferrex.core.forget import Forget
-from ferrex.core.ingest import Store
+from ferrex.core.ingest.usecase import Store
 from ferrex.core.lookup import Lookup
 from ferrex.core.ports import (
     Embedder,

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ferrex.config import StalenessConfig, StalenessWeights, Thresholds
+from ferrex.config.lifecycle import StalenessConfig, StalenessWeights, Thresholds
 from ferrex.core.clock import days_between, to_iso
 from ferrex.core.memory import Memory, MemoryType
 

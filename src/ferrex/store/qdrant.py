@@ -19,7 +19,7 @@ import numpy as np
 import structlog
 from qdrant_client import QdrantClient, models
 
-from ferrex.config import QdrantConfig
+from ferrex.config.engine import QdrantConfig
 from ferrex.core.ids import point_id
 from ferrex.core.indexing import (
     DATETIME_FIELDS,
