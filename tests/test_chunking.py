@@ -17,15 +17,15 @@ from typing import Any
 import pytest
 from tests.support.vocabulary import SUBSYSTEMS
 
-from ferrex.core.chunking import (
+from ferrex.core.errors import FerrexError
+from ferrex.core.ids import point_id
+from ferrex.core.index.chunking import (
     EPISODIC_TOO_LONG_MESSAGE,
     plan_chunks,
     split_procedure,
     split_steps,
     step_prefix,
 )
-from ferrex.core.errors import FerrexError
-from ferrex.core.ids import point_id
 from ferrex.core.memory import Memory, MemoryType
 from ferrex.core.ports import IndexFilter
 from ferrex.core.service import MemoryService

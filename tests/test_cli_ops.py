@@ -351,7 +351,7 @@ def test_an_interrupted_model_change_resumes_with_the_requested_model(
     from tests.conftest import make_settings
 
     from ferrex.bootstrap import Options, build_service
-    from ferrex.core.pins import (
+    from ferrex.core.index.pins import (
         PIN_DIMENSION,
         PIN_NAME,
         PIN_SOURCE,

@@ -23,15 +23,15 @@ from tests.conftest import ServiceFactory
 from tests.support.typed import stored
 
 from ferrex.core.clock import to_iso
-from ferrex.core.conflict import (
-    Outcome,
+from ferrex.core.errors import FerrexError
+from ferrex.core.ingest.conflict import (
+    Verdict,
     contradiction_groups,
     decide,
     normalize_object,
     object_similarity,
     value_name,
 )
-from ferrex.core.errors import FerrexError
 from ferrex.core.memory import Memory, MemoryType
 from ferrex.core.service import MemoryService
 from ferrex.embed.embedder import FastEmbedEmbedder
@@ -215,47 +215,47 @@ def test_string_stage_boundary_at_different_threshold(cosine: Any) -> None:
 
 
 def test_no_current_fact_is_new(cosine: Any) -> None:
-    assert run_decide("tokio 1.38", [], cosine).outcome is Outcome.NEW
+    assert run_decide("tokio 1.38", [], cosine).outcome is Verdict.NEW
 
 
 def test_same_value_is_a_duplicate_of_the_closest_fact(cosine: Any) -> None:
     existing = make_fact("mem_a", "tokio 1.38")
     decision = run_decide("Tokio 1.38", [existing], cosine)
-    assert decision.outcome is Outcome.DUPLICATE and decision.duplicate_of is existing
+    assert decision.outcome is Verdict.DUPLICATE and decision.duplicate_of is existing
 
 
 def test_different_value_invalidates_every_current_fact(cosine: Any) -> None:
     old = make_fact("mem_a", "tokio 1.36")
     decision = run_decide("tokio 1.38", [old], cosine)
-    assert decision.outcome is Outcome.SUPERSEDED and decision.invalidate == [old]
+    assert decision.outcome is Verdict.SUPERSEDED and decision.invalidate == [old]
 
 
 def test_same_confidence_older_incoming_becomes_history(cosine: Any) -> None:
     current = make_fact("mem_a", "tokio 1.38", t_valid=MAR)
     decision = run_decide("tokio 1.36", [current], cosine, incoming_t_valid=FEB)
-    assert decision.outcome is Outcome.HISTORICAL
+    assert decision.outcome is Verdict.HISTORICAL
     assert decision.new_t_invalid == MAR and decision.superseded_by_existing is current
 
 
 def test_same_confidence_newer_incoming_wins(cosine: Any) -> None:
     current = make_fact("mem_a", "tokio 1.36", t_valid=MAR)
     decision = run_decide("tokio 1.38", [current], cosine, incoming_t_valid=APR)
-    assert decision.outcome is Outcome.SUPERSEDED
+    assert decision.outcome is Verdict.SUPERSEDED
 
 
 def test_lower_confidence_incoming_is_a_contradiction(cosine: Any) -> None:
     current = make_fact("mem_a", "tokio 1.36", confidence=0.95)
     decision = run_decide("tokio 1.38", [current], cosine, incoming_confidence=0.6)
-    assert decision.outcome is Outcome.CONTRADICTION and decision.contradicts == [current]
+    assert decision.outcome is Verdict.CONTRADICTION and decision.contradicts == [current]
 
 
 def test_multi_valued_keeps_both(cosine: Any) -> None:
     current = make_fact("mem_a", "serde")
     decision = run_decide("tokio", [current], cosine, multi_valued=True)
-    assert decision.outcome is Outcome.MULTI_VALUED and decision.invalidate == []
+    assert decision.outcome is Verdict.MULTI_VALUED and decision.invalidate == []
     # ...but a repeated value is still a duplicate.
     again = run_decide("serde", [current], cosine, multi_valued=True)
-    assert again.outcome is Outcome.DUPLICATE
+    assert again.outcome is Verdict.DUPLICATE
 
 
 def test_contradiction_groups_ignore_invalid_multi_valued_and_equal_objects() -> None:

@@ -1,6 +1,6 @@
 """Decay and eviction (spec "Memory Lifecycle": Decay, Eviction).
 
-Proves: the relevance_score half-life math (episodic half-life 30 days: 0.5 at 30, 0.25 at 60;
+Proves: the decay_score half-life math (episodic half-life 30 days: 0.5 at 30, 0.25 at 60;
 slower with access and after validation; 1.0 when pinned; no time decay for semantic facts and
 procedures; counted from creation, not from an episode's event time); under a storage budget
 (``lifecycle.max_memories`` / ``max_storage_mb``) memories are evicted in the spec's priority
@@ -25,7 +25,7 @@ from tests.support.vocabulary import SUBSYSTEMS
 from tests.test_staleness import MovableClock
 
 from ferrex.core.clock import to_iso
-from ferrex.core.lifecycle import relevance_score
+from ferrex.core.lifecycle.decay import decay_score
 from ferrex.core.memory import Memory, MemoryType
 from ferrex.core.service import MemoryService
 from ferrex.server.calls import run_tool as invoke
@@ -67,11 +67,11 @@ def episode(
     ("days", "expected"), [(0, 1.0), (15, 2**-0.5), (30, 0.5), (60, 0.25), (90, 0.125)]
 )
 def test_episodic_relevance_halves_every_30_days(days: int, expected: float) -> None:
-    assert relevance_score(episode(days), NOW, 30.0) == pytest.approx(expected)
+    assert decay_score(episode(days), NOW, 30.0) == pytest.approx(expected)
 
 
 def test_access_slows_decay() -> None:
-    scores = [relevance_score(episode(30, count=n), NOW, 30.0) for n in (0, 1, 5, 50)]
+    scores = [decay_score(episode(30, count=n), NOW, 30.0) for n in (0, 1, 5, 50)]
     assert scores[0] == pytest.approx(0.5)
     assert scores == sorted(scores) and len(set(scores)) == 4
     # Half-life 30 x (1 + 0.5 ln(1 + n)): five accesses stretch it to ~56.9 days.
@@ -79,14 +79,14 @@ def test_access_slows_decay() -> None:
 
 
 def test_validation_restarts_the_decay_clock() -> None:
-    assert relevance_score(episode(60, validated=30), NOW, 30.0) == pytest.approx(0.5)
-    assert relevance_score(episode(60, validated=0), NOW, 30.0) == pytest.approx(1.0)
+    assert decay_score(episode(60, validated=30), NOW, 30.0) == pytest.approx(0.5)
+    assert decay_score(episode(60, validated=0), NOW, 30.0) == pytest.approx(1.0)
 
 
 def test_pinned_memories_and_facts_and_procedures_do_not_decay() -> None:
-    assert relevance_score(episode(900, pinned=True), NOW, 30.0) == 1.0
-    assert relevance_score(episode(900, kind="semantic"), NOW, 30.0) == 1.0
-    assert relevance_score(episode(900, kind="procedural"), NOW, 30.0) == 1.0
+    assert decay_score(episode(900, pinned=True), NOW, 30.0) == 1.0
+    assert decay_score(episode(900, kind="semantic"), NOW, 30.0) == 1.0
+    assert decay_score(episode(900, kind="procedural"), NOW, 30.0) == 1.0
 
 
 def test_decay_counts_from_creation_not_from_the_event_time() -> None:
@@ -94,10 +94,10 @@ def test_decay_counts_from_creation_not_from_the_event_time() -> None:
     but recorded today has not decayed; one recorded 30 days ago has halved."""
     recorded_today = episode(0)
     recorded_today.event_time = NOW - timedelta(days=120)
-    assert relevance_score(recorded_today, NOW, 30.0) == 1.0
+    assert decay_score(recorded_today, NOW, 30.0) == 1.0
     recorded_earlier = episode(30)
     recorded_earlier.event_time = NOW
-    assert relevance_score(recorded_earlier, NOW, 30.0) == pytest.approx(0.5)
+    assert decay_score(recorded_earlier, NOW, 30.0) == pytest.approx(0.5)
 
 
 def test_configured_half_life_shows_in_reflect(make_service: ServiceFactory) -> None:
@@ -584,7 +584,7 @@ def test_storage_budget_converges_to_just_under_the_limit(make_service: ServiceF
     size = service.storage_bytes()
     assert size > 0 and service.meta.count_memories() == 40
     # The store's total (one aggregate query) is the sum of what each memory counts.
-    from ferrex.core.lifecycle import memory_size
+    from ferrex.core.lifecycle.decay import memory_size
 
     every = service.meta.data_sizes(list(service.meta.all_memory_ids()))
     assert size == sum(memory_size(text, chunks, 384) for text, chunks in every.values())

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from tests.conftest import ServiceFactory, call, mcp_client
 
-from ferrex.core.maintenance import rebuild
+from ferrex.core.ops.rebuild import rebuild
 from ferrex.core.service import MemoryService
 from ferrex.server.calls import run_tool as invoke
 

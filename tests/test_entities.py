@@ -18,8 +18,8 @@ import pytest
 from rapidfuzz.distance import JaroWinkler
 from tests.support.typed import stored
 
-from ferrex.core.entities import EntityResolver, normalize_entity
-from ferrex.core.names import numbers_differ
+from ferrex.core.matching.entities import EntityResolver, normalize_entity
+from ferrex.core.matching.names import numbers_differ
 from ferrex.core.service import MemoryService
 from ferrex.embed.embedder import FastEmbedEmbedder
 from ferrex.server.calls import run_tool as invoke
@@ -295,7 +295,7 @@ def test_the_resolvers_tables_stay_what_a_reload_gives(
 def test_the_name_embedding_table_grows_and_reloads_when_out_of_order(
     meta: SqliteStore,
 ) -> None:
-    from ferrex.core.entities import _VectorTable
+    from ferrex.core.matching.entities import _VectorTable
 
     rows = np.eye(4, dtype=np.float32)
     table = _VectorTable([1, 2, 3, 4], rows)

@@ -351,7 +351,7 @@ def test_export_of_one_namespace(
 
 def test_an_empty_export_file_is_refused_like_one_without_a_header() -> None:
     from ferrex.core.errors import FerrexError
-    from ferrex.core.export_format import check_records
+    from ferrex.core.ops.export_format import check_records
 
     for records in ([], [{"kind": "memory"}]):
         with pytest.raises(FerrexError) as info:
@@ -361,7 +361,7 @@ def test_an_empty_export_file_is_refused_like_one_without_a_header() -> None:
 
 def test_entity_records_with_malformed_aliases_are_rejected_before_any_write() -> None:
     from ferrex.core.errors import FerrexError
-    from ferrex.core.export_format import check_records
+    from ferrex.core.ops.export_format import check_records
 
     header = {"kind": "header", "format": "ferrex-export", "version": 1}
     entity = {

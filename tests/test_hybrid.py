@@ -248,7 +248,7 @@ DIARY = [
 
 
 def test_sparse_text_dates_episodic_memories_only() -> None:
-    from ferrex.core.indexing import sparse_text
+    from ferrex.core.index.points import sparse_text
     from ferrex.core.memory import MemoryType
 
     class Fake:  # the two attributes sparse_text reads; not a store or model double
@@ -280,7 +280,7 @@ def test_sparse_text_dates_episodic_memories_only() -> None:
     ],
 )
 def test_query_date_terms(query: str, terms: str) -> None:
-    from ferrex.core.date_terms import query_terms
+    from ferrex.core.index.date_terms import query_terms
 
     assert query_terms(query) == terms
 

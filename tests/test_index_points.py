@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import ServiceFactory
 
 import ferrex.store.edge as edge
-from ferrex.core.maintenance import rebuild
+from ferrex.core.ops.rebuild import rebuild
 from ferrex.core.ports import IndexFilter
 from ferrex.core.service import MemoryService
 from ferrex.server.calls import run_tool as invoke

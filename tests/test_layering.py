@@ -87,6 +87,68 @@ def test_core_modules_import_each_other_without_a_cycle() -> None:
             visit(name, [name])
 
 
+# --------------------------------------------------------------------------- capabilities
+
+# core/ by capability: what each folder may import from the others (the rest of core is the
+# kernel: the record, the ports, requests and results, the clock, errors, and the composition
+# root, service.py and deps.py, which wires every capability). The map is acyclic: no capability
+# reaches back into one that builds on it.
+CAPABILITIES: dict[str, set[str]] = {
+    "matching": set(),
+    "secrets": set(),
+    "index": set(),
+    "lifecycle": {"index"},
+    "reading": {"lifecycle"},
+    "ingest": {"index", "lifecycle", "matching", "secrets"},
+    "recall": {"index", "ingest", "lifecycle", "matching"},
+    "ops": {"index", "lifecycle", "secrets"},
+}
+# Kernel modules every capability builds on: they import no capability.
+KERNEL_LEAVES = ("clock", "conditions", "errors", "ids", "memory", "ports")
+# Only the operator's work and the sweep of stored secrets sit over the service facade.
+OVER_THE_SERVICE = ("ferrex.core.ops.", "ferrex.core.secrets.sweep")
+
+
+def _capability(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 3 and parts[2] in CAPABILITIES else None
+
+
+def test_core_is_grouped_by_capability() -> None:
+    """Every folder of core/ is a capability of the map (a new folder chooses its place)."""
+    folders = {p.name for p in (PACKAGE / "core").iterdir() if (p / "__init__.py").exists()}
+    assert folders == set(CAPABILITIES), folders ^ set(CAPABILITIES)
+
+
+def test_capabilities_import_each_other_only_as_the_map_says() -> None:
+    crossing: list[str] = []
+    for name, imported in _core_graph().items():
+        own = _capability(name)
+        for other in imported:
+            theirs = _capability(other)
+            if own is not None and theirs not in (None, own) and theirs not in CAPABILITIES[own]:
+                crossing.append(f"{name} -> {other}")
+            if other == "ferrex.core.service" and not name.startswith(OVER_THE_SERVICE):
+                crossing.append(f"{name} -> {other}")
+        if name.removeprefix("ferrex.core.") in KERNEL_LEAVES:
+            crossing.extend(f"{name} -> {o}" for o in imported if _capability(o) is not None)
+    assert not crossing, crossing
+
+
+def test_the_capability_map_has_no_cycle() -> None:
+    done: set[str] = set()
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        assert name not in path, " -> ".join((*path, name))
+        if name not in done:
+            for other in CAPABILITIES[name]:
+                visit(other, (*path, name))
+            done.add(name)
+
+    for name in CAPABILITIES:
+        visit(name, ())
+
+
 def test_the_server_answers_the_handshake_without_importing_the_engine() -> None:
     """What `ferrex` imports before it answers initialize and tools/list: the MCP SDK and
     ferrex's own light modules, not the engine (numpy, the model runtime, the index); those load

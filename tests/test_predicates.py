@@ -18,7 +18,7 @@ from tests.conftest import ServiceFactory
 from tests.support.typed import stored
 
 from ferrex.config import Settings, load_settings
-from ferrex.core.predicates import PredicateNormalizer, normalize_predicate
+from ferrex.core.matching.predicates import PredicateNormalizer, normalize_predicate
 from ferrex.core.service import MemoryService
 from ferrex.server.calls import run_tool as invoke
 from ferrex.server.presenter import present_store

@@ -17,16 +17,16 @@ from typing import Any
 import pytest
 
 from ferrex.core.errors import FerrexError
-from ferrex.core.memory import Memory, MemoryType
-from ferrex.core.procedures import (
+from ferrex.core.ingest.procedures import (
     current_version,
     find_version,
     next_version,
     normalize_name,
     render_content,
     same_definition,
-    same_name,
+    same_procedure_name,
 )
+from ferrex.core.memory import Memory, MemoryType
 from ferrex.core.service import MemoryService
 from ferrex.server.calls import run_tool as invoke
 
@@ -92,8 +92,10 @@ def test_version_arithmetic() -> None:
 
 def test_names_compare_case_and_spacing_insensitively() -> None:
     assert normalize_name("  Deploy   To Staging ") == "deploy to staging"
-    assert same_name("Deploy-To-Staging", "deploy-to-staging")
-    assert not same_name("deploy-to-staging", "deploy-to-prod") and not same_name(None, "x")
+    assert same_procedure_name("Deploy-To-Staging", "deploy-to-staging")
+    assert not same_procedure_name(
+        "deploy-to-staging", "deploy-to-prod"
+    ) and not same_procedure_name(None, "x")
 
 
 def test_same_definition_ignores_spacing_only() -> None:

@@ -27,7 +27,7 @@ from tests.support.parity import order_difference
 
 from ferrex.config import ConfigError, load_settings
 from ferrex.config.engine import QdrantConfig
-from ferrex.core.maintenance import rebuild
+from ferrex.core.ops.rebuild import rebuild
 from ferrex.server.calls import run_tool, store_many
 from ferrex.store.edge import EdgeIndex
 from ferrex.store.qdrant import COLLECTION, QdrantIndex

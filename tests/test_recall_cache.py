@@ -20,7 +20,7 @@ import pytest
 from tests.test_staleness import MovableClock
 
 from ferrex.core.clock import parse_timestamp, to_iso
-from ferrex.core.maintenance import export_lines, import_records
+from ferrex.core.ops.transfer import export_lines, import_records
 from ferrex.core.recall.neighbours import similarities, stored_neighbours
 from ferrex.core.service import MemoryService
 from ferrex.server.calls import run_tool as invoke

@@ -187,8 +187,8 @@ async def test_after_a_write_a_hit_s_neighbours_are_read_again(
     tmp_path: Path, models_dir: Path
 ) -> None:
     """What context neighbours read for a hit (its stored neighbours, their cosines) is kept
-    per namespace write generation (core/cache.py). Within one server, a repeated recall answers
-    as before; after the reply to a question is forgotten, the memory now stored right after
+    per namespace write generation (core/cache.py). Within one server, a repeated recall
+    answers as before; after the reply to a question is forgotten, the memory now stored right after
     the question is its answer, exactly as a fresh server (nothing kept) says."""
     question_turn = "Gina: How much rent do you pay for the studio downtown?"
     reply = "Jon: Oh, seven hundred, give or take."

@@ -4,8 +4,8 @@
 have a cosine of 0.998: the second was refused as a duplicate of the first, and the agent's
 correction was lost. Two texts whose words swap around a contrast (not, instead of, rather
 than, over, versus, no longer, from X to Y, X -> Y) are never duplicates
-(``core/distinguishing.py`` ``swapped``); a rewording that keeps every word on its side (case,
-punctuation, a hyphen) is still caught. Every pair below was written for this test; each
+(``core/matching/distinguishing.py`` ``swapped``); a rewording that keeps every word on its side
+(case, punctuation, a hyphen) is still caught. Every pair below was written for this test; each
 reversed pair has a cosine above the 0.95 duplicate threshold with the bundled MiniLM
 (0.982-0.998; "no longer" 0.898), so without the rule all but one would be refused.
 """
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from tests.conftest import call, mcp_client, ok
 
-from ferrex.core.distinguishing import differ, swapped
+from ferrex.core.matching.distinguishing import differ, swapped
 
 pytestmark = pytest.mark.anyio
 

@@ -27,9 +27,9 @@ from ferrex.cli.parser import build_parser
 from ferrex.config import ConfigError, load_settings
 from ferrex.config.lifecycle import StalenessConfig
 from ferrex.core.clock import to_iso
+from ferrex.core.lifecycle.staleness import assess, staleness_score
 from ferrex.core.memory import Memory, MemoryType
 from ferrex.core.service import MemoryService
-from ferrex.core.staleness import assess, staleness_score
 from ferrex.server.calls import run_tool as invoke
 from ferrex.server.calls import store_many
 from ferrex.server.presenter import iso as shown
@@ -224,7 +224,7 @@ def test_fact_confidence_halves_by_the_stale_threshold_without_validation(
 ) -> None:
     from dataclasses import replace as with_fields
 
-    from ferrex.core.staleness import effective_confidence
+    from ferrex.core.lifecycle.staleness import effective_confidence
 
     fact = with_fields(memory("semantic", age=days, created=days), confidence=0.9)
     assert effective_confidence(fact, NOW, DEFAULTS) == pytest.approx(expected)
@@ -238,7 +238,7 @@ def test_fact_confidence_halves_by_the_stale_threshold_without_validation(
 def test_confidence_decays_slower_where_a_namespace_keeps_facts_longer() -> None:
     from dataclasses import replace as with_fields
 
-    from ferrex.core.staleness import effective_confidence
+    from ferrex.core.lifecycle.staleness import effective_confidence
 
     config = StalenessConfig.model_validate(
         {"namespaces": {"reference": {"semantic": {"fresh": 365, "aging": 730, "stale": 730}}}}

@@ -1,4 +1,4 @@
-"""Stats from counters kept on write (core/attention.py, schema version 2), never a scan.
+"""Stats from counters kept on write (core/lifecycle/attention.py, schema version 2), never a scan.
 
 Proves: the write-kept counters (memories per type / current / pinned, current memories per
 review bucket) agree with a memory-by-memory count after every kind of write (store, supersede,
@@ -18,9 +18,9 @@ from datetime import UTC, datetime, timedelta
 
 from tests.test_staleness import MovableClock
 
-from ferrex.core.attention import classify, count_attention
 from ferrex.core.errors import FerrexError
-from ferrex.core.maintenance import export_lines, import_records
+from ferrex.core.lifecycle.attention import classify, count_attention
+from ferrex.core.ops.transfer import export_lines, import_records
 from ferrex.core.service import MemoryService
 from ferrex.server.calls import run_tool as invoke
 from ferrex.server.calls import store_many

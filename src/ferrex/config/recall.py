@@ -89,7 +89,7 @@ class NeighbourConfig(Section):
 
 
 class FeedbackConfig(Section):
-    """BM25 pseudo-relevance feedback (core/feedback.py); weight 0 turns it off."""
+    """BM25 pseudo-relevance feedback (core/recall/feedback.py); weight 0 turns it off."""
 
     weight: float = Field(default=0.0, ge=0, le=2)
     docs: int = Field(default=5, ge=1, le=50)

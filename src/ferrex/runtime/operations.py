@@ -10,7 +10,9 @@ import structlog
 from ferrex.config import Settings
 from ferrex.core import errors
 from ferrex.core.errors import FerrexError
-from ferrex.core.maintenance import doctor, export_lines, import_records, rebuild
+from ferrex.core.ops.doctor import doctor
+from ferrex.core.ops.rebuild import rebuild
+from ferrex.core.ops.transfer import export_lines, import_records
 from ferrex.core.service import MemoryService
 from ferrex.server.calls import TOOL_OPS, run_tool
 from ferrex.server.presenter import present_memory, present_namespaces

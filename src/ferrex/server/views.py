@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ferrex.core.browse import (
+from ferrex.core.reading.browse import (
     Activity,
     ActivityRequest,
     BrowseItem,

@@ -2,7 +2,7 @@
 cosine above the threshold (default 0.95) are near-duplicates and the store is rejected.
 
 Types never cross-deduplicate (the search is filtered by type); ``supersedes`` bypasses the check.
-Two texts whose distinguishing tokens differ (``core/distinguishing.py``: "build 1.4.2" /
+Two texts whose distinguishing tokens differ (``core/matching/distinguishing.py``: "build 1.4.2" /
 "build 1.4.3", "#4812" / "#4813", "42 minutes" / "97 minutes", "passed" / "failed") are two
 memories whatever their cosine: the cosine of such a pair is often 0.97-0.99.
 """
@@ -17,9 +17,9 @@ import numpy as np
 
 from ferrex.core import errors
 from ferrex.core.deps import Deps
-from ferrex.core.distinguishing import differ
 from ferrex.core.errors import FerrexError
 from ferrex.core.ingest.draft import Prepared
+from ferrex.core.matching.distinguishing import differ
 from ferrex.core.memory import MemoryType, embed_text
 from ferrex.core.ports import IndexFilter, IndexHit, Vector
 

@@ -9,17 +9,17 @@ from datetime import datetime
 import numpy as np
 
 from ferrex.core import errors
-from ferrex.core.chunking import Chunk, plan_chunks, step_prefix
 from ferrex.core.deps import Deps
 from ferrex.core.errors import FerrexError
 from ferrex.core.ids import new_memory_id
+from ferrex.core.index.chunking import Chunk, plan_chunks, step_prefix
+from ferrex.core.ingest.procedures import (
+    render_content,
+)
 from ferrex.core.memory import Memory, MemoryType, detect_type, embed_text
 from ferrex.core.ports import (
     IndexHit,
     Vector,
-)
-from ferrex.core.procedures import (
-    render_content,
 )
 from ferrex.core.requests import StoreRequest
 from ferrex.core.secrets.fields import screen_store
@@ -41,7 +41,7 @@ class Prepared:
     name_vectors: dict[str, Vector] = field(default_factory=dict)
     # Per chunk: late-interaction token vectors (empty: the index has no such channel).
     tokens: list[np.ndarray | None] = field(default_factory=list)
-    # The index's nearest same-type memories (``Store._dedup_search``), searched for a whole
+    # The index's nearest same-type memories (``DuplicateCheck.scope``), searched for a whole
     # bulk batch in one engine call before its transaction (the index does not change until
     # the batch is committed); None: searched when checked.
     nearest: list[IndexHit] | None = None

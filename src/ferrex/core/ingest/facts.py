@@ -11,16 +11,16 @@ from typing import Any
 
 import numpy as np
 
-from ferrex.core import conflict as conflicts
 from ferrex.core.deps import Deps
-from ferrex.core.entities import same_entity_name
+from ferrex.core.ingest import conflict as conflicts
 from ferrex.core.ingest.dedup import DuplicateCheck
 from ferrex.core.ingest.draft import Prepared, dated, ends_before_start
+from ferrex.core.matching.entities import same_entity_name
+from ferrex.core.matching.predicates import PredicateResolution
 from ferrex.core.memory import Memory, MemoryType
 from ferrex.core.ports import (
     Vector,
 )
-from ferrex.core.predicates import PredicateResolution
 from ferrex.core.requests import StoreRequest
 from ferrex.core.results import Outcome, PossibleAlias, StoreOutcome
 
@@ -85,7 +85,7 @@ class FactStep:
             out.predicate_resolved_by = resolution.method
             decision, current = self._decide_fact(memory, request, resolution.canonical, now, facts)
             out.possible_alias = [_possible_alias(a) for a in alike]
-        if decision.outcome is conflicts.Outcome.NEW:
+        if decision.outcome is conflicts.Verdict.NEW:
             if not alike:
                 # A near-duplicate triple under another predicate is refused loudly, with its
                 # id: the triple's cosine cannot tell "db version" (the same relation, reworded)
@@ -93,7 +93,7 @@ class FactStep:
                 # (supersedes=id).
                 self.dedup.reject(item, batch_vectors)
             return _Fact()  # (with look-alikes: new beside them)
-        if decision.outcome is conflicts.Outcome.DUPLICATE:
+        if decision.outcome is conflicts.Verdict.DUPLICATE:
             return self._confirmed(memory, decision, now)
         _set_similarity(out, decision.similarity)
         canonical = resolution.canonical
@@ -192,7 +192,7 @@ class FactStep:
         """A value that differs from the current ones: another of several values, history,
         a contradiction, or the new current value."""
         namespace = memory.namespace
-        if decision.outcome is conflicts.Outcome.MULTI_VALUED:
+        if decision.outcome is conflicts.Verdict.MULTI_VALUED:
             memory.multi_valued = True
             out.status = Outcome.STORED
             out.multi_valued = True
@@ -200,7 +200,7 @@ class FactStep:
             detail = {"also_current": out.also_current, "predicate": canonical}
             self.meta.audit(namespace, "multi_valued", now, memory_id=memory.id, detail=detail)
             return _Fact()
-        if decision.outcome is conflicts.Outcome.HISTORICAL:
+        if decision.outcome is conflicts.Verdict.HISTORICAL:
             assert decision.new_t_invalid is not None
             known = self._known_interval(memory, facts, decision.new_t_invalid)
             if known is not None:
@@ -214,7 +214,7 @@ class FactStep:
                 namespace, "historical", now, memory_id=memory.id, other_id=memory.superseded_by
             )
             return _Fact()
-        if decision.outcome is conflicts.Outcome.CONTRADICTION:
+        if decision.outcome is conflicts.Verdict.CONTRADICTION:
             out.status = Outcome.CONTRADICTION
             out.contradicts = [f.id for f in decision.contradicts]
             detail = {"contradicts": out.contradicts}

@@ -14,31 +14,31 @@ from ferrex.core import errors
 from ferrex.core.call_keys import record, recorded
 from ferrex.core.clock import to_iso
 from ferrex.core.deps import Deps
-from ferrex.core.entities import EntityResolution, display_name
 from ferrex.core.errors import FerrexError
+from ferrex.core.index.sync import (
+    PHASE_AFTER_COMMIT,
+    PHASE_AFTER_INDEX,
+    PHASE_BEFORE_COMMIT,
+    PlannedMemory,
+)
+from ferrex.core.index.sync import checkpoint as _checkpoint
 from ferrex.core.ingest.dedup import DuplicateCheck
 from ferrex.core.ingest.draft import UNUSED_HINT, Drafting, Prepared, unused_fields
 from ferrex.core.ingest.facts import FactStep
-from ferrex.core.ingest.procedural import ProcedureStep
+from ferrex.core.ingest.versioning import ProcedureStep
+from ferrex.core.lifecycle.upkeep import Upkeep
+from ferrex.core.matching.entities import EntityResolution, display_name
 from ferrex.core.memory import Memory, MemoryType
 from ferrex.core.ports import (
     Vector,
 )
 from ferrex.core.requests import StoreRequest
 from ferrex.core.results import EntityLink, Outcome, StoreOutcome
-from ferrex.core.sync import (
-    PHASE_AFTER_COMMIT,
-    PHASE_AFTER_INDEX,
-    PHASE_BEFORE_COMMIT,
-    PlannedMemory,
-)
-from ferrex.core.sync import checkpoint as _checkpoint
-from ferrex.core.upkeep import Upkeep
 
 log = structlog.get_logger("ferrex.ingest")
 
 
-class Store:
+class Ingest:
     """The store use case (and its bulk form, for import and benchmarks)."""
 
     def __init__(self, deps: Deps, upkeep: Upkeep) -> None:

@@ -1,6 +1,6 @@
 """Memory lifecycle (spec "Memory Lifecycle"): decay and eviction.
 
-Decay — relevance_score in (0, 1]:
+Decay — decay_score in (0, 1] (how worth keeping a memory is; not recall's relevance):
 
     episodic:   2^(-d / H_eff),  d = days since max(creation, last validation),
                 H_eff = H x (1 + 0.5 x ln(1 + access_count))   (H = 30 days by default)
@@ -9,15 +9,15 @@ Decay — relevance_score in (0, 1]:
     pinned:     1.0 (exempt)
 
 Decay counts from when the memory was created (spec: "from creation/last-update time"; a row
-is never edited in place, see core/staleness.py), not from an episode's event time: an event
-from last spring stored today is a new memory.
+is never edited in place, see core/lifecycle/staleness.py), not from an episode's event time:
+an event from last spring stored today is a new memory.
 
 Eviction order when the storage budget is exceeded (spec, with superseded episodes placed):
   1. superseded facts and episodes past the retention window (evicted even under budget)
   2. superseded episodes within the retention window (replaced: they go before any current one)
   3. stale episodic memories not cited as a source by any semantic fact
   4. stale episodic memories that are cited (the fact preserves them)
-  5. aging episodic memories, lowest relevance first
+  5. aging episodic memories, lowest decay score first
   never: active semantic facts, superseded facts within retention, procedures (every version:
   they are kept for rollback), pinned memories, fresh episodes.
 The retention window counts from when the memory was superseded (the later of ``t_invalid``
@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ferrex.core.clock import days_between
+from ferrex.core.lifecycle.staleness import AGING, STALE
 from ferrex.core.memory import Memory, MemoryType
-from ferrex.core.staleness import AGING, STALE
 
 ACCESS_SLOWDOWN = 0.5
 ROW_BYTES = 512  # ids, timestamps, entity links and SQLite indexes of one memory
@@ -57,7 +57,7 @@ def store_size(memories: int, text_bytes: int, points: int, dimension: int) -> i
     return text_bytes + memories * ROW_BYTES + points * (4 * dimension + POINT_BYTES)
 
 
-def relevance_score(memory: Memory, now: datetime, episodic_half_life_days: float) -> float:
+def decay_score(memory: Memory, now: datetime, episodic_half_life_days: float) -> float:
     if memory.pinned or memory.type is not MemoryType.EPISODIC:
         return 1.0
     reference = memory.created_at
@@ -75,7 +75,7 @@ class EvictionCandidate:
     memory: Memory
     priority: int  # 1..5, the order of the module docstring
     reason: str
-    relevance: float
+    decay: float
 
 
 RETAINED_TYPES = (MemoryType.SEMANTIC, MemoryType.EPISODIC)
@@ -105,25 +105,23 @@ def eviction_candidates(
     for memory, level in memories:
         if memory.pinned:
             continue
-        relevance = relevance_score(memory, now, episodic_half_life_days)
+        score = decay_score(memory, now, episodic_half_life_days)
         if superseded_past_retention(memory, now, retention_days):
-            ranked.append(
-                EvictionCandidate(memory, 1, "superseded past retention window", relevance)
-            )
+            ranked.append(EvictionCandidate(memory, 1, "superseded past retention window", score))
         elif memory.type is not MemoryType.EPISODIC:
             continue  # superseded facts within retention, and anything else, are kept
         elif memory.t_invalid is not None:
-            ranked.append(EvictionCandidate(memory, 2, "superseded episodic", relevance))
+            ranked.append(EvictionCandidate(memory, 2, "superseded episodic", score))
         elif level == STALE:
             if memory.id in cited:
                 ranked.append(
-                    EvictionCandidate(memory, 4, "stale episodic (cited by a fact)", relevance)
+                    EvictionCandidate(memory, 4, "stale episodic (cited by a fact)", score)
                 )
             else:
-                ranked.append(EvictionCandidate(memory, 3, "stale episodic", relevance))
+                ranked.append(EvictionCandidate(memory, 3, "stale episodic", score))
         elif level == AGING:
-            ranked.append(EvictionCandidate(memory, 5, "aging episodic, low relevance", relevance))
-    ranked.sort(key=lambda c: (c.priority, c.relevance, c.memory.created_at, c.memory.id))
+            ranked.append(EvictionCandidate(memory, 5, "aging episodic, low relevance", score))
+    ranked.sort(key=lambda c: (c.priority, c.decay, c.memory.created_at, c.memory.id))
     return ranked
 
 

@@ -11,17 +11,17 @@ import structlog
 from ferrex.core import errors
 from ferrex.core.deps import Deps
 from ferrex.core.errors import FerrexError
-from ferrex.core.pins import (
+from ferrex.core.index.pins import (
     PIN_DIMENSION,
     PIN_NAME,
-    PIN_SOURCE,
     PIN_VARIANT,
     REBUILD_PENDING,
     REBUILD_TARGET,
     REBUILD_TARGET_VARIANT,
+    pin_model,
 )
+from ferrex.core.lifecycle.upkeep import Upkeep
 from ferrex.core.ports import ModelInfo
-from ferrex.core.upkeep import Upkeep
 
 log = structlog.get_logger("ferrex.service")
 
@@ -101,10 +101,7 @@ class Readiness:
         pinned = meta.get_meta(PIN_NAME)
         if pinned is None:
             with meta.transaction():
-                meta.set_meta(PIN_NAME, info.name)
-                meta.set_meta(PIN_DIMENSION, str(info.dimension))
-                meta.set_meta(PIN_VARIANT, info.variant)
-                meta.set_meta(PIN_SOURCE, info.source)
+                pin_model(meta, info)
             return
         dimension = int(meta.get_meta(PIN_DIMENSION) or 0)
         variant = meta.get_meta(PIN_VARIANT) or ""

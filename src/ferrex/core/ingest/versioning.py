@@ -11,16 +11,16 @@ from ferrex.core.deps import Deps
 from ferrex.core.errors import FerrexError
 from ferrex.core.ingest.dedup import DuplicateCheck
 from ferrex.core.ingest.draft import Prepared
-from ferrex.core.memory import Memory
-from ferrex.core.ports import (
-    Vector,
-)
-from ferrex.core.procedures import (
+from ferrex.core.ingest.procedures import (
     current_version,
     find_version,
     next_version,
     same_definition,
-    same_name,
+    same_procedure_name,
+)
+from ferrex.core.memory import Memory
+from ferrex.core.ports import (
+    Vector,
 )
 from ferrex.core.results import StoreOutcome
 
@@ -117,4 +117,4 @@ class ProcedureStep:
     def _procedure_versions(self, namespace: str, name: str) -> list[Memory]:
         """Every version of the named procedure (names compare case- and spacing-insensitively)."""
         rows = self.meta.named_procedures(namespace)
-        return [m for m in rows if same_name(m.name, name)]
+        return [m for m in rows if same_procedure_name(m.name, name)]

@@ -1,5 +1,5 @@
 """Removing memories (forget, eviction) and the lifecycle upkeep that evicts: the retention
-sweep of superseded memories and the storage budget (rules in ``core/lifecycle.py``)."""
+sweep of superseded memories and the storage budget (rules in ``core/lifecycle/decay.py``)."""
 
 from __future__ import annotations
 
@@ -10,22 +10,22 @@ from collections.abc import Callable, Collection, Sequence
 import structlog
 
 from ferrex.core.deps import Deps
-from ferrex.core.lifecycle import (
+from ferrex.core.index.pins import PIN_DIMENSION
+from ferrex.core.index.sync import (
+    PHASE_AFTER_COMMIT,
+    PHASE_AFTER_INDEX,
+    PHASE_BEFORE_COMMIT,
+)
+from ferrex.core.index.sync import checkpoint as _checkpoint
+from ferrex.core.lifecycle.decay import (
     choose_evictions,
     eviction_candidates,
     memory_size,
     store_size,
     superseded_past_retention,
 )
+from ferrex.core.lifecycle.staleness import assess
 from ferrex.core.memory import Memory, MemoryType
-from ferrex.core.pins import PIN_DIMENSION
-from ferrex.core.staleness import assess
-from ferrex.core.sync import (
-    PHASE_AFTER_COMMIT,
-    PHASE_AFTER_INDEX,
-    PHASE_BEFORE_COMMIT,
-)
-from ferrex.core.sync import checkpoint as _checkpoint
 
 log = structlog.get_logger("ferrex.upkeep")
 
@@ -125,7 +125,7 @@ class Upkeep:
         return evicted
 
     def storage_bytes(self) -> int:
-        """The data the memories hold, as the storage budget counts it (core/lifecycle.py)."""
+        """The data the memories hold, as the storage budget counts it (core/lifecycle/decay.py)."""
         return store_size(*self.deps.meta.data_totals(), self.vector_dimension())
 
     def vector_dimension(self) -> int:

@@ -7,9 +7,9 @@ from ferrex.core import errors
 from ferrex.core.deps import Deps
 from ferrex.core.errors import FerrexError
 from ferrex.core.ids import MEMORY_ID_PATTERN
+from ferrex.core.lifecycle.staleness import assess, effective_confidence
 from ferrex.core.memory import MEMORY_TYPES, MemoryType
 from ferrex.core.results import MemoryView, NamespaceCounts
-from ferrex.core.staleness import assess, effective_confidence
 
 
 class Lookup:

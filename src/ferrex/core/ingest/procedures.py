@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from ferrex.core.chunking import STEP_MARKER
+from ferrex.core.index.chunking import STEP_MARKER
 from ferrex.core.memory import Memory
 
 _NAME_SEPARATORS = re.compile(r"\s+")
@@ -46,7 +46,7 @@ def current_version(versions: Sequence[Memory]) -> Memory | None:
     return max(current, key=lambda m: (m.version or 0, m.created_at))
 
 
-def same_name(a: str | None, b: str | None) -> bool:
+def same_procedure_name(a: str | None, b: str | None) -> bool:
     return a is not None and b is not None and normalize_name(a) == normalize_name(b)
 
 

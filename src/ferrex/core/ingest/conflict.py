@@ -26,7 +26,7 @@ from enum import StrEnum
 from rapidfuzz import fuzz
 from rapidfuzz.distance import JaroWinkler
 
-from ferrex.core.distinguishing import differ
+from ferrex.core.matching.distinguishing import differ
 from ferrex.core.memory import Memory
 
 _SPACES = re.compile(r"\s+")
@@ -36,7 +36,10 @@ _VERSION_WORDS = re.compile(r"\b(?:version|release|ver)\b", re.I)
 NAME_TYPO_THRESHOLD = 0.95
 
 
-class Outcome(StrEnum):
+class Verdict(StrEnum):
+    """What the conflict rules decide for an incoming fact (the store answer's status is
+    ``core.results.Outcome``)."""
+
     NEW = "new"  # no current fact for (subject, predicate)
     DUPLICATE = "duplicate"  # same value: existing fact kept and validated
     SUPERSEDED = "superseded"  # different value: the old fact(s) invalidated
@@ -53,7 +56,7 @@ class ObjectSimilarity:
 
 @dataclass
 class ConflictDecision:
-    outcome: Outcome
+    outcome: Verdict
     similarity: ObjectSimilarity | None = None
     duplicate_of: Memory | None = None
     invalidate: list[Memory] = field(default_factory=list)
@@ -74,7 +77,7 @@ def value_name(value: str) -> str:
     return " ".join(re.sub(r"[^\w\s.+#/-]", " ", text).split()).strip(" .-/")
 
 
-def same_name(a: str, b: str) -> bool:
+def same_value_name(a: str, b: str) -> bool:
     """Two value names of one thing (equal, or a spelling variant: "postgres" / "postgresql")."""
     return a == b or (bool(a) and bool(b) and JaroWinkler.similarity(a, b) > NAME_TYPO_THRESHOLD)
 
@@ -94,7 +97,7 @@ def object_similarity(
         return ObjectSimilarity(1.0, "exact")
     if differ(a, b):
         # "tokio 1.36" vs "tokio 1.38", "passing" vs "failing": strings and embeddings look
-        # alike, the values differ (core/distinguishing.py).
+        # alike, the values differ (core/matching/distinguishing.py).
         return ObjectSimilarity(0.0, "numbers")
     ratio = fuzz.ratio(a, b) / 100.0
     if ratio >= duplicate_at or ratio < different_below:
@@ -121,13 +124,13 @@ def decide(
     ``keyed``: the predicate holds named values (module docstring)."""
     if keyed and value_name(incoming_object):
         name = value_name(incoming_object)
-        same = [f for f in current if same_name(value_name(f.object or ""), name)]
+        same = [f for f in current if same_value_name(value_name(f.object or ""), name)]
         others = [f for f in current if f not in same]
         if not same:
             return (
-                ConflictDecision(Outcome.MULTI_VALUED, coexists=others)
+                ConflictDecision(Verdict.MULTI_VALUED, coexists=others)
                 if others
-                else ConflictDecision(Outcome.NEW)
+                else ConflictDecision(Verdict.NEW)
             )
         decision = decide(
             incoming_object=incoming_object,
@@ -139,12 +142,12 @@ def decide(
             different_threshold=different_threshold,
             embedding_duplicate_threshold=embedding_duplicate_threshold,
             embedding_cosine=embedding_cosine,
-            history=[f for f in history if same_name(value_name(f.object or ""), name)],
+            history=[f for f in history if same_value_name(value_name(f.object or ""), name)],
         )
         decision.coexists = others
         return decision
     if not current:
-        return ConflictDecision(Outcome.NEW)
+        return ConflictDecision(Verdict.NEW)
     similarity, closest = _closest(
         incoming_object,
         current,
@@ -156,9 +159,9 @@ def decide(
         embedding_duplicate_threshold if similarity.method == "embedding" else duplicate_threshold
     )
     if similarity.score >= threshold:
-        return ConflictDecision(Outcome.DUPLICATE, similarity, duplicate_of=closest)
+        return ConflictDecision(Verdict.DUPLICATE, similarity, duplicate_of=closest)
     if multi_valued:
-        return ConflictDecision(Outcome.MULTI_VALUED, similarity)
+        return ConflictDecision(Verdict.MULTI_VALUED, similarity)
     return _replace_or_keep(similarity, current, history, incoming_confidence, incoming_t_valid)
 
 
@@ -204,14 +207,14 @@ def _replace_or_keep(
         ]
         earliest = min(later, key=lambda f: (f.t_valid, f.id))
         return ConflictDecision(
-            Outcome.HISTORICAL,
+            Verdict.HISTORICAL,
             similarity,
             new_t_invalid=earliest.t_valid,
             superseded_by_existing=earliest,
         )
     if any(f.confidence > incoming_confidence for f in current):
-        return ConflictDecision(Outcome.CONTRADICTION, similarity, contradicts=list(current))
-    return ConflictDecision(Outcome.SUPERSEDED, similarity, invalidate=list(current))
+        return ConflictDecision(Verdict.CONTRADICTION, similarity, contradicts=list(current))
+    return ConflictDecision(Verdict.SUPERSEDED, similarity, invalidate=list(current))
 
 
 @dataclass(frozen=True)
@@ -243,7 +246,7 @@ def look_alikes(
     says so (``possible_alias``). Names compare as ``same_subject`` / ``same_predicate`` say
     (normalized spelling; for predicates also one synonym family)."""
     affected = list(decision.invalidate)
-    if decision.outcome is Outcome.HISTORICAL and decision.superseded_by_existing is not None:
+    if decision.outcome is Verdict.HISTORICAL and decision.superseded_by_existing is not None:
         affected.append(decision.superseded_by_existing)
     found: list[LookAlike] = []
     for fact in affected:

@@ -11,7 +11,16 @@ from __future__ import annotations
 
 from ferrex.core.clock import days_ago
 from ferrex.core.deps import Deps
-from ferrex.core.lifecycle import relevance_score
+from ferrex.core.lifecycle.decay import decay_score
+from ferrex.core.lifecycle.staleness import (
+    FRESH,
+    STALE,
+    age_days,
+    assess,
+    days_since_validation,
+    effective_confidence,
+    review_reasons,
+)
 from ferrex.core.memory import MemoryType
 from ferrex.core.requests import ReflectRequest
 from ferrex.core.results import (
@@ -21,15 +30,6 @@ from ferrex.core.results import (
     ReflectActions,
     ReflectReport,
     ReviewItem,
-)
-from ferrex.core.staleness import (
-    FRESH,
-    STALE,
-    age_days,
-    assess,
-    days_since_validation,
-    effective_confidence,
-    review_reasons,
 )
 
 
@@ -122,7 +122,7 @@ def reflect(deps: Deps, request: ReflectRequest) -> ReflectReport:
     half_life = deps.settings.lifecycle.episodic_half_life_days
     # Aging or stale episodes nobody recalls; fresh ones are never suggested for forgetting.
     candidates = [
-        (m.access_count, relevance_score(m, now, half_life), m)
+        (m.access_count, decay_score(m, now, half_life), m)
         for m, fresh in assessed
         if not m.pinned and m.type is MemoryType.EPISODIC and fresh.staleness != FRESH
     ]

@@ -5,9 +5,9 @@ The design's similarity thresholds (dedup cosine > 0.95, Jaro-Winkler > 0.85, na
 "deployed build 1.4.2 to staging" / "deployed build 1.4.3 to staging" have a cosine of 0.98,
 "auth service 2" / "auth service 3" a Jaro-Winkler of 0.98. Two texts whose distinguishing
 tokens differ are never duplicates, never the same entity, never the same predicate and never
-the same value, whatever their similarity. Episodic dedup (``core/dedup.py``), the object
-stage of conflict detection (``core/conflict.py``), entity resolution and predicate matching
-(``core/names.py``) all ask :func:`differ`.
+the same value, whatever their similarity. Episodic dedup (``core/ingest/dedup.py``), the object
+stage of conflict detection (``core/ingest/conflict.py``), entity resolution and predicate matching
+(``core/matching/names.py``) all ask :func:`differ`.
 
 A distinguishing token is one of:
 

@@ -20,7 +20,7 @@ import numpy as np
 from rapidfuzz import process
 from rapidfuzz.distance import JaroWinkler
 
-from ferrex.core.names import distinct_entity_names, numbers_differ, word_swapped
+from ferrex.core.matching.names import distinct_entity_names, numbers_differ, word_swapped
 from ferrex.core.ports import EntityRows, Vector
 
 _T = TypeVar("_T")

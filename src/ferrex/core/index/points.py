@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ferrex.core.clock import to_iso
-from ferrex.core.date_terms import document_terms
+from ferrex.core.index.date_terms import document_terms
 from ferrex.core.memory import Memory, MemoryType
 
 KEYWORD_FIELDS: tuple[str, ...] = ("memory_id", "namespace", "type", "entities", "model")
@@ -36,7 +36,7 @@ def memory_time(memory: Memory) -> Any:
 
 def sparse_text(memory: Memory, chunk_text: str) -> str:
     """The BM25 document of one chunk of ``memory``: an episodic memory's text follows its
-    reserved date terms ("datemay date2023 ...", see ``core/date_terms.py``); facts and
+    reserved date terms ("datemay date2023 ...", see ``core/index/date_terms.py``); facts and
     procedures are indexed as written (their time is validity, not an event)."""
     if memory.type is not MemoryType.EPISODIC:
         return chunk_text

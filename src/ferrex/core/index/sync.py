@@ -18,10 +18,10 @@ import numpy as np
 import structlog
 
 from ferrex.config import Settings
-from ferrex.core.chunking import Chunk, plan_chunks, step_prefix
 from ferrex.core.errors import FerrexError
 from ferrex.core.ids import point_id
-from ferrex.core.indexing import build_payload, sparse_text, validity_payload
+from ferrex.core.index.chunking import Chunk, plan_chunks, step_prefix
+from ferrex.core.index.points import build_payload, sparse_text, validity_payload
 from ferrex.core.late_interaction import document_tokens
 from ferrex.core.memory import Memory, embed_text
 from ferrex.core.ports import (

@@ -5,7 +5,7 @@
 2. Synonym map: canonical families (depends_on, built_with, version, owned_by), extensible and
    overridable per namespace.
 3. Fuzzy: Jaro-Winkler > 0.85 against the existing predicates of the same subject, with the
-   guards of ``core/names.py`` ("min_version" is not "max_version", "licensed_to" is not
+   guards of ``core/matching/names.py`` ("min_version" is not "max_version", "licensed_to" is not
    "license", "end_date" is not "endtime").
 4. Typos of the synonym table (an addition to the spec): a predicate that matched nothing above
    and is within Jaro-Winkler > 0.95 of a known spelling ("depend on" ~ "depends_on", "requirs",
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from rapidfuzz.distance import JaroWinkler
 
-from ferrex.core.names import distinct_predicates
+from ferrex.core.matching.names import distinct_predicates
 
 _SEPARATORS = re.compile(r"[\s_\-]+")
 SYNONYM_TYPO_THRESHOLD = 0.95

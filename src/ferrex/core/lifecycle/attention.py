@@ -19,9 +19,9 @@ from datetime import datetime, timedelta
 
 from ferrex.config.lifecycle import StalenessConfig
 from ferrex.core.clock import from_iso
+from ferrex.core.lifecycle.staleness import STALE, assess, review_reasons
 from ferrex.core.memory import Memory, MemoryType
 from ferrex.core.ports import LifecycleQueries, ReviewBucket
-from ferrex.core.staleness import STALE, assess, review_reasons
 
 NEEDS_NOTHING = ""
 NEEDS_STALE = "stale"

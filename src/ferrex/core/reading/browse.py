@@ -16,12 +16,12 @@ from typing import Any, Literal
 from pydantic import Field, StrictBool, StrictInt, field_validator
 
 from ferrex.core.deps import Deps
-from ferrex.core.lookup import Lookup
+from ferrex.core.lifecycle.staleness import Freshness, assess
 from ferrex.core.memory import MEMORY_TYPES, Memory, MemoryType
 from ferrex.core.ports import RowValidity
+from ferrex.core.reading.lookup import Lookup
 from ferrex.core.requests import TypeName, _Request, validate_namespace
 from ferrex.core.results import MemoryView
-from ferrex.core.staleness import Freshness, assess
 
 MAX_PAGE_SIZE = 200
 MAX_PAGE = 100_000

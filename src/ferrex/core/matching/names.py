@@ -8,7 +8,8 @@ things above 0.85, because they share a long prefix: "service-a" / "service-b" (
 predicate makes the next fact *supersede* an unrelated one. These guards veto a fuzzy match
 when the names differ by something that carries meaning:
 
-- different distinguishing tokens (``core/distinguishing.py``: numbers, versions, ids, hashes,
+- different distinguishing tokens (``core/matching/distinguishing.py``: numbers, versions, ids,
+  hashes,
   dates, outcome polarity: "python2" / "python3", "v1.36" / "v1.38", "INV-2041" / "INV-2042",
   "passing tests" / "failing tests");
 - a word swapped for an unrelated word ("service a" / "service b", "min version" /
@@ -34,7 +35,7 @@ import re
 
 from rapidfuzz.distance import JaroWinkler
 
-from ferrex.core.distinguishing import differ
+from ferrex.core.matching.distinguishing import differ
 
 _RUNS = re.compile(r"[^\W\d_]+|\d+")  # letter runs (any script) and digit runs
 _CAMEL = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+")

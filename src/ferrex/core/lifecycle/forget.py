@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 from ferrex.core.call_keys import record, recorded
 from ferrex.core.deps import Deps
+from ferrex.core.lifecycle.upkeep import Upkeep
 from ferrex.core.requests import ForgetRequest
 from ferrex.core.results import ForgetResult
-from ferrex.core.upkeep import Upkeep
 
 
 class Forget:

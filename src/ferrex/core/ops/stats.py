@@ -23,15 +23,15 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from ferrex.core.attention import count_attention
 from ferrex.core.deps import Deps
+from ferrex.core.index.pins import PIN_DIMENSION, PIN_NAME, PIN_SOURCE, PIN_VARIANT
+from ferrex.core.lifecycle.attention import count_attention
+from ferrex.core.lifecycle.staleness import age_days
+from ferrex.core.lifecycle.upkeep import Upkeep
 from ferrex.core.memory import Memory, MemoryType
-from ferrex.core.pins import PIN_DIMENSION, PIN_NAME, PIN_SOURCE, PIN_VARIANT
-from ferrex.core.readiness import Readiness
+from ferrex.core.ops.readiness import Readiness
 from ferrex.core.requests import StatsRequest
 from ferrex.core.results import Attention, RecentMemory, StatsBrief, StatsDetailed
-from ferrex.core.staleness import age_days
-from ferrex.core.upkeep import Upkeep
 
 RECENT = 2  # as in the spec's example
 SUMMARY_CHARS = 80
