@@ -299,3 +299,27 @@ def test_src_has_no_import_cycle() -> None:
     modules = _all_modules()
     assert "ferrex.cli.main" in modules and "ferrex.core.service" in modules
     assert _import_cycles() == []
+
+
+def test_tests_share_code_only_through_support() -> None:
+    """Test modules import shared code from tests/support/, never from another test module
+    or from a conftest (pytest loads those itself)."""
+    tests = Path(__file__).resolve().parent
+    wrong: list[str] = []
+    for path in tests.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
+            wrong.extend(
+                f"{path.relative_to(tests)}: {name}"
+                for name in names
+                if (name.startswith("tests.") and not name.startswith("tests.support"))
+                or name.split(".")[-1] == "conftest"
+                or name.split(".")[-1].startswith("test_")
+            )
+    assert not wrong, wrong
