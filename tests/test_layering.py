@@ -323,3 +323,53 @@ def test_tests_share_code_only_through_support() -> None:
                 or name.split(".")[-1].startswith("test_")
             )
     assert not wrong, wrong
+
+
+# --------------------------------------------------------------------------- the code map
+
+CONTINUATION = 24  # a map line this indented continues the entry above it
+
+
+def _code_map() -> dict[str, set[str]]:
+    """docs/design.md's code map: each folder it names (relative to src/, "ferrex/core/ingest")
+    with the modules it lists there."""
+    design = (PACKAGE.parents[1] / "docs" / "design.md").read_text()
+    block = design.split("## Code map", 1)[1].split("```", 2)[1]
+    listed: dict[str, set[str]] = {}
+    stack: list[str] = []
+    current: list[str] = []
+    for line in block.strip("\n").splitlines():
+        indent = len(line) - len(line.lstrip())
+        first = line.split()[0]
+        if first.endswith("/"):
+            stack = [*stack[: indent // 2], first.strip("/").removeprefix("src/")]
+            current = stack
+        elif indent < CONTINUATION:
+            current = stack[: indent // 2]
+        listed.setdefault("/".join(current), set()).update(re.findall(r"\b\w+\.py\b", line))
+    return listed
+
+
+def test_the_code_map_matches_the_tree() -> None:
+    """Every folder and module the map names exists; every package is in it, and every module
+    of core/ (the capabilities are the part of the map a reader navigates by)."""
+    listed = _code_map()
+    src = PACKAGE.parent
+    missing = [
+        f"{folder}/{name}"
+        for folder, names in listed.items()
+        for name in names | {"__init__.py"}
+        if not (src / folder / name).is_file()
+        and not (folder == "ferrex" and name == "__init__.py")
+    ]
+    assert not missing, f"named in docs/design.md's code map but not in src/: {missing}"
+    packages = {
+        str(p.parent.relative_to(src)) for p in PACKAGE.rglob("__init__.py") if p.parent != PACKAGE
+    }
+    assert packages <= set(listed), f"packages missing from the code map: {packages - set(listed)}"
+    unlisted = [
+        str(p.relative_to(src))
+        for p in (PACKAGE / "core").rglob("*.py")
+        if p.name != "__init__.py" and p.name not in listed.get(str(p.parent.relative_to(src)), ())
+    ]
+    assert not unlisted, f"core modules missing from the code map: {unlisted}"
