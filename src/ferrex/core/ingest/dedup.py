@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 
 import numpy as np
 
@@ -20,7 +20,7 @@ from ferrex.core.deps import Deps
 from ferrex.core.errors import FerrexError
 from ferrex.core.ingest.draft import Prepared
 from ferrex.core.matching.distinguishing import differ
-from ferrex.core.memory import MemoryType, embed_text
+from ferrex.core.memory import Memory, MemoryType, embed_text
 from ferrex.core.ports import IndexFilter, IndexHit, Vector
 
 
@@ -59,6 +59,42 @@ def find_duplicate(
     return Duplicate(best.memory_id, round(float(best.score), 4))
 
 
+@dataclass(frozen=True)
+class DedupScope:
+    """Which memories a new one can duplicate: its namespace and type; a fact, only its
+    subject's facts; a dated episode, only the episodes of its UTC day."""
+
+    namespace: str
+    type: MemoryType
+    # Facts about two subjects are two facts however alike their text ("frontend" and
+    # "backend" use the same test runner): a fact is compared with its subject's facts only.
+    subject: int | None
+    # A recurring event ("nightly backup completed") that the agent dates on another day is
+    # another event, not a duplicate: compare only with the episodes of that UTC day. Without
+    # a timestamp it is a re-store of something known, whatever its day.
+    day: date | None
+
+    @classmethod
+    def of(cls, item: Prepared) -> DedupScope:
+        memory = item.memory
+        dated = memory.type is MemoryType.EPISODIC and item.request.timestamp is not None
+        return cls(
+            memory.namespace,
+            memory.type,
+            memory.subject_entity_id if memory.type is MemoryType.SEMANTIC else None,
+            memory.event_time.astimezone(UTC).date() if dated else None,
+        )
+
+    def admits(self, other: Memory) -> bool:
+        """Whether ``other`` (a memory of the same batch) is inside this scope."""
+        return (
+            other.namespace == self.namespace
+            and other.type is self.type
+            and (self.subject is None or other.subject_entity_id == self.subject)
+            and (self.day is None or other.event_time.astimezone(UTC).date() == self.day)
+        )
+
+
 class DuplicateCheck:
     """Where a new memory's duplicate is looked for (its scope: namespace, type, the fact's
     subject, the dated episode's day) and how close it must be (``dedup.threshold``)."""
@@ -91,24 +127,19 @@ class DuplicateCheck:
 
     def scope(self, item: Prepared, excluded: int = 0) -> tuple[IndexFilter, int]:
         """The filter and depth of an item's duplicate search."""
-        memory = item.memory
-        # A recurring event ("nightly backup completed") that the agent dates on another day is
-        # another event, not a duplicate: compare only with the episodes of that UTC day.
-        # Without a timestamp it is a re-store of something known, whatever its day.
-        same_day = memory.type is MemoryType.EPISODIC and item.request.timestamp is not None
-        day_start = datetime.combine(memory.event_time.astimezone(UTC).date(), time.min, tzinfo=UTC)
-        # Facts about two subjects are two facts however alike their text ("frontend" and
-        # "backend" use the same test runner): a fact is compared with its subject's facts only.
-        subject = memory.subject_entity_id if memory.type is MemoryType.SEMANTIC else None
+        memory, where = item.memory, DedupScope.of(item)
+        day_start = (
+            datetime.combine(where.day, time.min, tzinfo=UTC) if where.day is not None else None
+        )
         flt = IndexFilter(
             namespace=memory.namespace,
             types=(memory.type.value,),
             model=self.embedder.info.pin,
-            entity_ids=(subject,) if subject is not None else None,
-            time_after=day_start if same_day else None,
-            time_before=day_start + timedelta(days=1, microseconds=-1) if same_day else None,
+            entity_ids=(where.subject,) if where.subject is not None else None,
+            time_after=day_start,
+            time_before=day_start + timedelta(days=1, microseconds=-1) if day_start else None,
         )
-        # 8 nearest: the closest may differ in a distinguishing token (dedup.py) while a
+        # 8 nearest: the closest may differ in a distinguishing token (find_duplicate) while a
         # true duplicate is a little further.
         return flt, 8 + excluded
 
@@ -138,9 +169,8 @@ class DuplicateCheck:
     ) -> Duplicate | None:
         memory = item.memory
         vector = item.vectors[0]
-        same_day = memory.type is MemoryType.EPISODIC and item.request.timestamp is not None
-        day = memory.event_time.astimezone(UTC).date()
-        subject = memory.subject_entity_id if memory.type is MemoryType.SEMANTIC else None
+        where = DedupScope.of(item)
+        subject = where.subject
         if item.nearest is not None and not exclude:
             nearest = item.nearest
         else:
@@ -159,13 +189,7 @@ class DuplicateCheck:
             ]
         texts = {memory_id: embed_text(row) for memory_id, row in rows.items()}
         for other, other_vector in batch_vectors:
-            if (
-                other.memory.namespace == memory.namespace
-                and other.memory.type is memory.type
-                and other.memory.id not in exclude
-                and (subject is None or other.memory.subject_entity_id == subject)
-                and (not same_day or other.memory.event_time.astimezone(UTC).date() == day)
-            ):
+            if other.memory.id not in exclude and where.admits(other.memory):
                 score = float(np.dot(vector, other_vector))
                 if score > threshold:
                     hits.append(IndexHit(point_id="", memory_id=other.memory.id, score=score))
