@@ -114,6 +114,9 @@ class RetrievalConfig(Section):
     # How far, in logits of relevance, the recency boost may move a candidate: two whose
     # relevance odds differ more than e^margin are never reordered by age; 0 turns it off.
     recency_margin: float = Field(default=0.75, ge=0, le=10)
+    # Logits of relevance a fact gains when it holds the kind of answer the question asks for
+    # (where / who / when / how many: core/recall/answer_type.py); 0 turns it off.
+    answer_type_bonus: float = Field(default=2.0, ge=0, le=10)
     hnsw_ef: int = Field(default=128, ge=4, le=4096)
     # Embedded engine: build the dense HNSW index in a background process once this many
     # vectors lack it (0: never; brute-force search, exact, slower past ~20k memories).

@@ -12,11 +12,12 @@ from ferrex.config import Settings
 from ferrex.core.lifecycle.staleness import STALE, Freshness, assess, effective_confidence
 from ferrex.core.memory import Memory, MemoryType
 from ferrex.core.ports import MemoryRows
+from ferrex.core.recall.answer_type import AnswerType, bonus
 from ferrex.core.recall.filters import Scope
 from ferrex.core.recall.records import Scored
 from ferrex.core.requests import RecallRequest
 from ferrex.core.results import RecallHit
-from ferrex.core.retrieval import Candidate, logit
+from ferrex.core.retrieval import Candidate, logit, sigmoid
 
 
 @dataclass
@@ -29,6 +30,9 @@ class Page:
     stale: list[Candidate] = field(default_factory=list)
     # Whether the floor left a candidate out while reading.
     floored: bool = False
+    # The admitted candidates' relevance as they arrived (before an answer-type lift): what
+    # the pruning bound compares with.
+    arrived: list[float] = field(default_factory=list)
 
 
 class _Rows:
@@ -67,13 +71,18 @@ def admit(
     margin: float,
     prunable: bool,
     now: datetime,
+    asked: AnswerType | None = None,
 ) -> Page:
     """Candidates arrive by relevance (score fusion, no cross-encoder): one under the floor
     is never returned, nor one whose relevance's log-odds are more than the recency ``margin``
     under its ``limit``-th candidate's (no boost can lift it past that one: core/retrieval.py
-    ``order_key``). Rows are read and assessed only up to there (``prunable``)."""
+    ``order_key``). Rows are read and assessed only up to there (``prunable``). A fact read
+    that holds the answer type the question asks for (``asked``) gains
+    ``retrieval.answer_type_bonus`` logits of relevance (answer_type.py): among the candidates
+    read, so it costs no row more; the bound keeps comparing relevance as it arrived."""
     page = Page()
     rows = _Rows(meta, entries, page.rows, limit + 8)
+    lift = settings.retrieval.answer_type_bonus if asked is not None else 0.0
     for rank, record in enumerate(entries, start=1):
         verdict = _pruned(record, page, limit, floor, margin) if prunable else None
         if verdict == "stop":
@@ -85,11 +94,17 @@ def admit(
             continue
         fresh = assess(memory, now, settings.staleness)
         candidate = _candidate(record, rank, request.explain)
+        gained = bonus(memory, record.relevance, asked, lift)
+        if gained:
+            candidate.relevance = sigmoid(logit(candidate.relevance) + gained)
+            if request.explain:
+                candidate.extra["answer_type"] = asked
         if fresh.staleness == STALE and not request.include_stale:
             page.stale.append(candidate)
             continue
         page.freshness[record.memory_id] = fresh
         page.candidates.append(candidate)
+        page.arrived.append(record.relevance)
     return page
 
 
@@ -110,8 +125,8 @@ def _pruned(
     if basis is None and record.relevance < floor:
         page.floored = True
         return "stop"
-    if len(page.candidates) >= limit and (
-        logit(record.relevance) + margin < logit(page.candidates[limit - 1].relevance)
+    if len(page.arrived) >= limit and (
+        logit(record.relevance) + margin < logit(page.arrived[limit - 1])
     ):
         return "stop"
     return None

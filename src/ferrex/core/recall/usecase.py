@@ -15,6 +15,7 @@ from ferrex.core.errors import FerrexError
 from ferrex.core.late_interaction import ContentWords, query_tokens
 from ferrex.core.neighbours import NeighbourCredit
 from ferrex.core.ports import IndexFilter, Vector
+from ferrex.core.recall.answer_type import asked_for
 from ferrex.core.recall.budget import Fitted, fit
 from ferrex.core.recall.candidates import Page, admit, hit_of
 from ferrex.core.recall.channels import Channels, fetch
@@ -74,6 +75,7 @@ class Recall:
             margin=cfg.recency_margin,
             prunable=not reranks and cfg.mode == "hybrid" and cfg.fusion == "relevance",
             now=now,
+            asked=asked_for(request.query),
         )
         boost = booster(self.settings, page.rows, now)
         rerank = reranker(self.deps, request.query, page.rows, retrieved)
