@@ -4,7 +4,7 @@
     python bench/answers.py --src OTHER/src  # another checkout's code (e.g. a worktree of an
                                              # older commit), for before / after rows
 
-The scenario is tests/test_lean_answers.py's: a fresh store gets two episodes, a fact and its
+The scenario is tests/server/test_lean_answers.py's: a fresh store gets two episodes, a fact and its
 replacement, and a procedure; then one recall of mixed types (5 results, history included),
 ``stats``, ``stats detailed``, ``reflect`` and ``forget``. Sizes are characters of the text
 content the model reads (the JSON answer), and of ``tools/list`` as the model sees it (name,

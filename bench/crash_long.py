@@ -1,4 +1,5 @@
-"""Long crash-safety run: the SIGKILL harness of tests/test_crash_safety.py with many more kills.
+"""Long crash-safety run: the SIGKILL harness of tests/store/test_crash_safety.py with many
+more kills.
 
     python bench/crash_long.py                 # 200 random kills + the 6 phase-hooked ones
     python bench/crash_long.py --runs 1000 --seed 7
@@ -26,7 +27,7 @@ def main() -> int:
         "FERREX_TEST_CRASH_RANDOM_RUNS": str(args.runs),
         "FERREX_TEST_CRASH_SEED": str(args.seed),
     }
-    return run_tests(f"crash_long (seed {args.seed})", "tests/test_crash_safety.py", knobs)
+    return run_tests(f"crash_long (seed {args.seed})", "tests/store/test_crash_safety.py", knobs)
 
 
 if __name__ == "__main__":

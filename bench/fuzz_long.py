@@ -1,4 +1,5 @@
-"""Long fuzzing run: tests/test_fuzz.py's properties with many more (and fresh) generated calls.
+"""Long fuzzing run: tests/server/test_fuzz.py's properties with many more (and fresh)
+generated calls.
 
     python bench/fuzz_long.py                  # 1,000 examples per tool (~60,000 calls)
     python bench/fuzz_long.py --examples 5000
@@ -23,7 +24,7 @@ def main() -> int:
     args = parser.parse_args()
     print(f"fuzz_long: {args.examples} examples per tool (8-16 calls each)", flush=True)
     knobs = {"FERREX_TEST_FUZZ_EXAMPLES": str(args.examples), "FERREX_TEST_FUZZ_RANDOM": "1"}
-    return run_tests("fuzz_long", "tests/test_fuzz.py", knobs, "-k", "thousands")
+    return run_tests("fuzz_long", "tests/server/test_fuzz.py", knobs, "-k", "thousands")
 
 
 if __name__ == "__main__":

@@ -224,7 +224,7 @@ def build(args: argparse.Namespace, data_dir: Path) -> Any:
         service.deps.sparse = encoder
         service.sync.sparse = encoder
     if args.no_bm25_date:  # ablation of the product's dated BM25 documents
-        import ferrex.core.sync as sync_module
+        import ferrex.core.index.sync as sync_module
 
         sync_module.sparse_text = lambda memory, text: text
     args.rerank_top_n = settings.retrieval.rerank_top_n or 20

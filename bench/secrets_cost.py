@@ -4,7 +4,7 @@
 
 Takes every memory text of assistant-dev (facts as "subject predicate object", procedures as
 their steps) and the LoCoMo dev dialogue turns (``../shared/eval``), scans each with the default
-scanner (``core/secrets.py``: detect-secrets' patterns, ferrex's own, named values, gated
+scanner (``core/secrets/``: detect-secrets' patterns, ferrex's own, named values, gated
 entropy) and embeds each with the bundled all-MiniLM-L6-v2 (the document embedding a store
 computes anyway). Prints the median per-text time of both and their ratio, and how many texts
 the scanner changed (on these corpora, which hold no credentials: each change would be a false
@@ -26,7 +26,7 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent / "src"))
 
-from ferrex.core.secrets import SecretScanner  # noqa: E402
+from ferrex.core.secrets.scanner import SecretScanner  # noqa: E402
 from ferrex.embed.embedder import FastEmbedEmbedder  # noqa: E402
 
 EVAL = BENCH.parent.parent / "shared" / "eval"

@@ -206,7 +206,7 @@ def composed_store(size: int, base: Path, seed: int, tier: str, *, sentences: in
     # Each composed text is a pair of sentences of two different papers, never seen before
     # (``used``), so the dedup search (brute force over the growing unindexed store: the build's
     # whole cost otherwise) can only answer "no duplicate": skip it for these.
-    service.storing._find_duplicate = lambda *args, **kwargs: None  # type: ignore[method-assign]
+    service.storing.dedup.find = lambda *args, **kwargs: None  # type: ignore[method-assign]
     used: set[tuple[int, int]] = set()
     composed: dict[str, Any] = {}
 

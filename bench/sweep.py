@@ -97,7 +97,7 @@ def floored(ranked: Sequence[tuple[str, float, Any]], floor: float) -> list[str]
 
 def gate_passes(ranked: Sequence[tuple[str, float, Any]], gate: tuple[float, float]) -> bool:
     """What the service's answer gate decides on this question's candidates."""
-    from ferrex.config import AnswerGate
+    from ferrex.config.recall import AnswerGate
     from ferrex.core.recall.relevance import answers
 
     best_relevance = max(

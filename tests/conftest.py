@@ -4,19 +4,13 @@ all-MiniLM-L6-v2 (offline extra), and the MCP SDK's stdio client talking to a ``
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import sys
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp import Client, StdioServerParameters
+from tests.support.harness import ServiceFactory, make_settings
 
-from ferrex.config import Settings, load_settings
 from ferrex.core.clock import Clock, utcnow
 from ferrex.core.service import MemoryService
 from ferrex.embed.bm25 import Bm25Encoder
@@ -43,29 +37,6 @@ def embedder(models_dir: Path) -> FastEmbedEmbedder:
     )
     model.load()
     return model
-
-
-def make_settings(data_dir: Path, models_dir: Path, **overrides: Any) -> Settings:
-    cli: dict[str, Any] = {
-        "data_dir": str(data_dir),
-        "model_tier": "small",
-        "offline": True,
-        "models_dir": str(models_dir),
-        "rerank": False,
-        # In-process services return every candidate, as before the relevance floor and the
-        # answer gate: these tests check filters, budgets, limits and ordering on tiny made-up
-        # stores. Floor and gate are tested through MCP with the real defaults
-        # (test_relevance_floor.py).
-        "retrieval.min_score": 0.0,
-        "retrieval.answer_gate.relevance": 0.0,
-        "retrieval.answer_gate.cosine": 0.0,
-    }
-    cli.update(overrides)
-    settings, _ = load_settings(cli=cli, environ={})
-    return settings
-
-
-ServiceFactory = Callable[..., MemoryService]
 
 
 @pytest.fixture
@@ -112,57 +83,3 @@ def service(make_service: ServiceFactory) -> MemoryService:
 
 
 # --------------------------------------------------------------------------- MCP over stdio
-
-
-def ferrex_command() -> str:
-    found = shutil.which("ferrex", path=os.path.dirname(sys.executable)) or shutil.which("ferrex")
-    assert found, "the ferrex console script is not installed (pip install -e '.[test,offline]')"
-    return found
-
-
-def server_params(
-    data_dir: Path, models_dir: Path, *args: str, **env: str
-) -> StdioServerParameters:
-    environment = {
-        "FERREX_HOME": str(data_dir),
-        "FERREX_MODELS_DIR": str(models_dir),
-        "FERREX_OFFLINE": "1",
-        "FERREX_LOG": "warning",
-        # Full pages, as before the relevance floor and the answer gate (see make_settings);
-        # their own test passes the defaults explicitly.
-        "FERREX_RETRIEVAL__MIN_SCORE": "0",
-        "FERREX_RETRIEVAL__ANSWER_GATE__RELEVANCE": "0",
-        "FERREX_RETRIEVAL__ANSWER_GATE__COSINE": "0",
-    }
-    environment.update(env)
-    arguments = list(args)
-    if "--model-tier" not in arguments:
-        arguments = ["--model-tier", "small", *arguments]
-    return StdioServerParameters(command=ferrex_command(), args=arguments, env=environment)
-
-
-@asynccontextmanager
-async def mcp_client(
-    data_dir: Path, models_dir: Path, *args: str, mode: str = "auto", **env: str
-) -> AsyncIterator[Client]:
-    """A real MCP client session with a ``ferrex`` subprocess on ``data_dir``."""
-    async with Client(server_params(data_dir, models_dir, *args, **env), mode=mode) as client:
-        yield client
-
-
-async def call(client: Client, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    """Call a tool; return its structured content (errors come back as {"error": ...})."""
-    result = await client.call_tool(tool, arguments)
-    payload = result.structured_content
-    if payload is None:
-        payload = json.loads(result.content[0].text)  # type: ignore[union-attr]
-    if result.is_error:
-        assert "error" in payload, payload
-        return payload
-    return payload
-
-
-async def ok(client: Client, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    payload = await call(client, tool, arguments)
-    assert "error" not in payload, payload
-    return payload

@@ -87,6 +87,68 @@ def test_core_modules_import_each_other_without_a_cycle() -> None:
             visit(name, [name])
 
 
+# --------------------------------------------------------------------------- capabilities
+
+# core/ by capability: what each folder may import from the others (the rest of core is the
+# kernel: the record, the ports, requests and results, the clock, errors, and the composition
+# root, service.py and deps.py, which wires every capability). The map is acyclic: no capability
+# reaches back into one that builds on it.
+CAPABILITIES: dict[str, set[str]] = {
+    "matching": set(),
+    "secrets": set(),
+    "index": set(),
+    "lifecycle": {"index"},
+    "reading": {"lifecycle"},
+    "ingest": {"index", "lifecycle", "matching", "secrets"},
+    "recall": {"index", "ingest", "lifecycle", "matching"},
+    "ops": {"index", "lifecycle", "secrets"},
+}
+# Kernel modules every capability builds on: they import no capability.
+KERNEL_LEAVES = ("clock", "conditions", "errors", "ids", "memory", "ports")
+# Only the operator's work and the sweep of stored secrets sit over the service facade.
+OVER_THE_SERVICE = ("ferrex.core.ops.", "ferrex.core.secrets.sweep")
+
+
+def _capability(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 3 and parts[2] in CAPABILITIES else None
+
+
+def test_core_is_grouped_by_capability() -> None:
+    """Every folder of core/ is a capability of the map (a new folder chooses its place)."""
+    folders = {p.name for p in (PACKAGE / "core").iterdir() if (p / "__init__.py").exists()}
+    assert folders == set(CAPABILITIES), folders ^ set(CAPABILITIES)
+
+
+def test_capabilities_import_each_other_only_as_the_map_says() -> None:
+    crossing: list[str] = []
+    for name, imported in _core_graph().items():
+        own = _capability(name)
+        for other in imported:
+            theirs = _capability(other)
+            if own is not None and theirs not in (None, own) and theirs not in CAPABILITIES[own]:
+                crossing.append(f"{name} -> {other}")
+            if other == "ferrex.core.service" and not name.startswith(OVER_THE_SERVICE):
+                crossing.append(f"{name} -> {other}")
+        if name.removeprefix("ferrex.core.") in KERNEL_LEAVES:
+            crossing.extend(f"{name} -> {o}" for o in imported if _capability(o) is not None)
+    assert not crossing, crossing
+
+
+def test_the_capability_map_has_no_cycle() -> None:
+    done: set[str] = set()
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        assert name not in path, " -> ".join((*path, name))
+        if name not in done:
+            for other in CAPABILITIES[name]:
+                visit(other, (*path, name))
+            done.add(name)
+
+    for name in CAPABILITIES:
+        visit(name, ())
+
+
 def test_the_server_answers_the_handshake_without_importing_the_engine() -> None:
     """What `ferrex` imports before it answers initialize and tools/list: the MCP SDK and
     ferrex's own light modules, not the engine (numpy, the model runtime, the index); those load
@@ -312,3 +374,77 @@ def test_src_has_no_import_cycle() -> None:
     modules = _all_modules()
     assert "ferrex.cli.main" in modules and "ferrex.core.service" in modules
     assert _import_cycles() == []
+
+
+def test_tests_share_code_only_through_support() -> None:
+    """Test modules import shared code from tests/support/, never from another test module
+    or from a conftest (pytest loads those itself)."""
+    tests = Path(__file__).resolve().parent
+    wrong: list[str] = []
+    for path in tests.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
+            wrong.extend(
+                f"{path.relative_to(tests)}: {name}"
+                for name in names
+                if (name.startswith("tests.") and not name.startswith("tests.support"))
+                or name.split(".")[-1] == "conftest"
+                or name.split(".")[-1].startswith("test_")
+            )
+    assert not wrong, wrong
+
+
+# --------------------------------------------------------------------------- the code map
+
+CONTINUATION = 24  # a map line this indented continues the entry above it
+
+
+def _code_map() -> dict[str, set[str]]:
+    """docs/design.md's code map: each folder it names (relative to src/, "ferrex/core/ingest")
+    with the modules it lists there."""
+    design = (PACKAGE.parents[1] / "docs" / "design.md").read_text()
+    block = design.split("## Code map", 1)[1].split("```", 2)[1]
+    listed: dict[str, set[str]] = {}
+    stack: list[str] = []
+    current: list[str] = []
+    for line in block.strip("\n").splitlines():
+        indent = len(line) - len(line.lstrip())
+        first = line.split()[0]
+        if first.endswith("/"):
+            stack = [*stack[: indent // 2], first.strip("/").removeprefix("src/")]
+            current = stack
+        elif indent < CONTINUATION:
+            current = stack[: indent // 2]
+        listed.setdefault("/".join(current), set()).update(re.findall(r"\b\w+\.py\b", line))
+    return listed
+
+
+def test_the_code_map_matches_the_tree() -> None:
+    """Every folder and module the map names exists; every package is in it, and every module
+    of core/ (the capabilities are the part of the map a reader navigates by)."""
+    listed = _code_map()
+    src = PACKAGE.parent
+    missing = [
+        f"{folder}/{name}"
+        for folder, names in listed.items()
+        for name in names | {"__init__.py"}
+        if not (src / folder / name).is_file()
+        and not (folder == "ferrex" and name == "__init__.py")
+    ]
+    assert not missing, f"named in docs/design.md's code map but not in src/: {missing}"
+    packages = {
+        str(p.parent.relative_to(src)) for p in PACKAGE.rglob("__init__.py") if p.parent != PACKAGE
+    }
+    assert packages <= set(listed), f"packages missing from the code map: {packages - set(listed)}"
+    unlisted = [
+        str(p.relative_to(src))
+        for p in (PACKAGE / "core").rglob("*.py")
+        if p.name != "__init__.py" and p.name not in listed.get(str(p.parent.relative_to(src)), ())
+    ]
+    assert not unlisted, f"core modules missing from the code map: {unlisted}"

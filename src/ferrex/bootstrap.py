@@ -10,7 +10,7 @@ import structlog
 from ferrex.config import Settings
 from ferrex.core import errors
 from ferrex.core.errors import MODEL_UNAVAILABLE, FerrexError, StorageSpaceError, storage_full
-from ferrex.core.pins import PIN_NAME, PIN_VARIANT, REBUILD_TARGET, REBUILD_TARGET_VARIANT
+from ferrex.core.index.pins import PIN_NAME, PIN_VARIANT, REBUILD_TARGET, REBUILD_TARGET_VARIANT
 from ferrex.core.ports import VectorIndex
 from ferrex.core.service import MemoryService
 from ferrex.datadir import ensure_data_dir

@@ -329,19 +329,19 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation(
         "browse",
         f"{_SERVICE}.browse",
-        request="ferrex.core.browse:BrowseRequest",
+        request="ferrex.core.reading.browse:BrowseRequest",
         present=f"{_VIEWS}:present_browse",
     ),
     Operation(
         "history",
         f"{_SERVICE}.history",
-        request="ferrex.core.browse:HistoryRequest",
+        request="ferrex.core.reading.browse:HistoryRequest",
         present=f"{_VIEWS}:present_history",
     ),
     Operation(
         "activity",
         f"{_SERVICE}.activity",
-        request="ferrex.core.browse:ActivityRequest",
+        request="ferrex.core.reading.browse:ActivityRequest",
         present=f"{_VIEWS}:present_activity",
     ),
 )

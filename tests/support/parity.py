@@ -1,4 +1,4 @@
-"""Comparing two engines' answers to one question (tests/test_engine_parity.py)."""
+"""Comparing two engines' answers to one question (tests/store/test_engine_parity.py)."""
 
 from __future__ import annotations
 

@@ -106,7 +106,7 @@ def migrate_index(settings: Settings, explicit_tier: bool, target: str) -> int:
     """Rebuild the index from SQLite in ``target`` and switch the store to it (this process
     must own the data dir). The store keeps its old mode until the rebuild has finished."""
     from ferrex.bootstrap import INDEX_MODE, Options, build_service
-    from ferrex.core.maintenance import rebuild
+    from ferrex.core.ops.rebuild import rebuild
     from ferrex.runtime.ownership import OwnerLock
     from ferrex.runtime.sidecar import Sidecar
     from ferrex.store.sqlite import SqliteStore
@@ -192,7 +192,7 @@ def rebuild_index(settings: Settings, explicit_tier: bool) -> int:
     """Rebuild in this process (it must own the data dir: a model change needs exclusive access)."""
     from ferrex.bootstrap import Options, build_service, ensure_data_dir, load_requested_model
     from ferrex.core.errors import FerrexError
-    from ferrex.core.maintenance import rebuild
+    from ferrex.core.ops.rebuild import rebuild
     from ferrex.runtime.ownership import OwnerLock
 
     ensure_data_dir(settings.data_dir)
@@ -235,7 +235,7 @@ def rebuild_index(settings: Settings, explicit_tier: bool) -> int:
 
 
 def _unpin_for_rebuild(settings: Settings, embedder: Any) -> None:
-    from ferrex.core.pins import (
+    from ferrex.core.index.pins import (
         PIN_DIMENSION,
         PIN_NAME,
         PIN_SOURCE,
@@ -366,9 +366,9 @@ def _read_records(path: str) -> list[dict[str, Any]]:
 
 def import_file(settings: Settings, explicit_tier: bool, path: str, batch: int) -> int:
     from ferrex.core.errors import FerrexError
-    from ferrex.core.export_format import check_records
-    from ferrex.core.secret_sweep import refuse_secrets
-    from ferrex.core.secrets import SecretScanner
+    from ferrex.core.ops.export_format import check_records
+    from ferrex.core.secrets.scanner import SecretScanner
+    from ferrex.core.secrets.sweep import refuse_secrets
 
     if batch < 1:
         raise CliError("--batch must be at least 1")

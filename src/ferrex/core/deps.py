@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from ferrex.config import Settings
-from ferrex.core.access import AccessTracker
 from ferrex.core.cache import RecallCache
 from ferrex.core.clock import Clock
-from ferrex.core.entities import EntityResolver
+from ferrex.core.index.sync import IndexSync
+from ferrex.core.lifecycle.access import AccessTracker
+from ferrex.core.matching.entities import EntityResolver
+from ferrex.core.matching.predicates import PredicateNormalizer
 from ferrex.core.ports import Embedder, MetadataStore, Reranker, SparseEncoder, VectorIndex
-from ferrex.core.predicates import PredicateNormalizer
-from ferrex.core.sync import IndexSync
 
 
 @dataclass

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
 
-from ferrex.config import NeighbourConfig
+from ferrex.config.recall import NeighbourConfig
 from ferrex.core.memory import MemoryType
 from ferrex.core.ports import StoredNeighbour
 

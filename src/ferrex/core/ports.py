@@ -212,7 +212,7 @@ class VectorSearch(Protocol):
 
 
 class IndexWrites(Protocol):
-    """Writing points (the dual write, core/sync.py)."""
+    """Writing points (the dual write, core/index/sync.py)."""
 
     def upsert(self, points: Sequence[IndexPoint]) -> None: ...
 
@@ -323,7 +323,7 @@ class Transactions(Protocol):
 
 
 class StoreMeta(Protocol):
-    """Key-value metadata of the store (the model pin, rebuild markers: core/pins.py)."""
+    """Key-value metadata of the store (the model pin, rebuild markers: core/index/pins.py)."""
 
     def get_meta(self, key: str) -> str | None: ...
 
@@ -513,7 +513,7 @@ class EntityRows(Protocol):
 
 
 class Journal(Protocol):
-    """The dual write's outbox: index changes not yet applied (core/sync.py)."""
+    """The dual write's outbox: index changes not yet applied (core/index/sync.py)."""
 
     def journal_add(self, op: str, memory_id: str, namespace: str, at: datetime) -> int: ...
 

@@ -26,7 +26,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from ferrex.config import NAMESPACE_PATTERN, LimitsConfig
+from ferrex.config.base import NAMESPACE_PATTERN
+from ferrex.config.settings import LimitsConfig
 from ferrex.core import errors
 from ferrex.core.clock import parse_timestamp
 from ferrex.core.errors import FerrexError

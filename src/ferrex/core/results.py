@@ -11,9 +11,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from ferrex.core.lifecycle.staleness import Freshness
 from ferrex.core.memory import Memory, MemoryType
-from ferrex.core.secrets import Redaction
-from ferrex.core.staleness import Freshness
+from ferrex.core.secrets.scanner import Redaction
 
 
 class Outcome(StrEnum):

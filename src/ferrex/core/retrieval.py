@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ferrex.config import RecencyConfig
+from ferrex.config.recall import RecencyConfig
 from ferrex.core.memory import MemoryType
 from ferrex.core.ports import IndexHit
 

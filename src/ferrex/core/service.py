@@ -14,24 +14,24 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 
 from ferrex.config import Settings
-from ferrex.core.access import AccessTracker
-from ferrex.core.browse import (
-    Activity,
-    ActivityRequest,
-    Browse,
-    BrowsePage,
-    BrowseRequest,
-    History,
-    HistoryRequest,
-)
 from ferrex.core.cache import RecallCache
 from ferrex.core.clock import Clock, utcnow
 from ferrex.core.deps import Deps
-from ferrex.core.entities import EntityResolver
 from ferrex.core.errors import FerrexError
-from ferrex.core.forget import Forget
-from ferrex.core.ingest import Store
-from ferrex.core.lookup import Lookup
+from ferrex.core.index.sync import (  # noqa: F401  (re-exported for the crash-safety tests)
+    PHASE_AFTER_COMMIT,
+    PHASE_AFTER_INDEX,
+    PHASE_BEFORE_COMMIT,
+    IndexSync,
+)
+from ferrex.core.ingest.usecase import Ingest
+from ferrex.core.lifecycle.access import AccessTracker
+from ferrex.core.lifecycle.forget import Forget
+from ferrex.core.lifecycle.reflect import Reflect
+from ferrex.core.lifecycle.upkeep import Upkeep
+from ferrex.core.matching.entities import EntityResolver
+from ferrex.core.ops.readiness import ModelMismatchError, Readiness  # noqa: F401
+from ferrex.core.ops.stats import Stats
 from ferrex.core.ports import (
     Embedder,
     MetadataStore,
@@ -40,9 +40,17 @@ from ferrex.core.ports import (
     Vector,
     VectorIndex,
 )
-from ferrex.core.readiness import ModelMismatchError, Readiness  # noqa: F401
+from ferrex.core.reading.browse import (
+    Activity,
+    ActivityRequest,
+    Browse,
+    BrowsePage,
+    BrowseRequest,
+    History,
+    HistoryRequest,
+)
+from ferrex.core.reading.lookup import Lookup
 from ferrex.core.recall import Recall
-from ferrex.core.reflect import Reflect
 from ferrex.core.requests import (
     ForgetRequest,
     RecallRequest,
@@ -60,14 +68,6 @@ from ferrex.core.results import (
     StatsDetailed,
     StoreOutcome,
 )
-from ferrex.core.stats import Stats
-from ferrex.core.sync import (  # noqa: F401  (re-exported for the crash-safety tests)
-    PHASE_AFTER_COMMIT,
-    PHASE_AFTER_INDEX,
-    PHASE_BEFORE_COMMIT,
-    IndexSync,
-)
-from ferrex.core.upkeep import Upkeep
 
 
 class MemoryService:
@@ -107,7 +107,7 @@ class MemoryService:
         )
         self.upkeep = Upkeep(deps)
         self.readiness = Readiness(deps, self.upkeep, explicit_model=explicit_model)
-        self.storing = Store(deps, self.upkeep)
+        self.storing = Ingest(deps, self.upkeep)
         self.recalling = Recall(deps)
         self.forgetting = Forget(deps, self.upkeep)
         self.reflecting = Reflect(deps)

@@ -10,8 +10,11 @@ from typing import Any
 import structlog
 
 from ferrex.config import Settings
-from ferrex.core import errors, maintenance
+from ferrex.core import errors
 from ferrex.core.errors import FerrexError
+from ferrex.core.ops import doctor as doctor_ops
+from ferrex.core.ops import rebuild as rebuild_ops
+from ferrex.core.ops import transfer
 from ferrex.core.service import MemoryService
 from ferrex.server.calls import run_operation
 from ferrex.server.presenter import present_memory, present_namespaces
@@ -185,19 +188,19 @@ def init(service: MemoryService, arguments: dict[str, Any]) -> Any:
 
 
 def doctor(service: MemoryService, arguments: dict[str, Any]) -> Any:
-    return maintenance.doctor(service, repair=bool(arguments.get("repair")))
+    return doctor_ops.doctor(service, repair=bool(arguments.get("repair")))
 
 
 def export(service: MemoryService, arguments: dict[str, Any]) -> list[Any]:
-    return list(maintenance.export_lines(service, arguments.get("namespace")))
+    return list(transfer.export_lines(service, arguments.get("namespace")))
 
 
 def import_batch(service: MemoryService, arguments: dict[str, Any]) -> Any:
-    return maintenance.import_records(service, list(arguments.get("records") or []))
+    return transfer.import_records(service, list(arguments.get("records") or []))
 
 
 def rebuild_index(service: MemoryService, arguments: dict[str, Any]) -> Any:
-    return maintenance.rebuild(service)
+    return rebuild_ops.rebuild(service)
 
 
 def memory(service: MemoryService, arguments: dict[str, Any]) -> dict[str, Any]:

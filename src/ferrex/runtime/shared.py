@@ -83,7 +83,7 @@ _PAUSE_VARIABLE = "FERREX_TEST_PAUSE_AT"
 def _pause_before_answer() -> None:
     """The test-only fault hook (``FERREX_TEST_PAUSE_AT=before_answer``): a forwarded write
     is applied and its answer not yet sent. Production never sets the variable."""
-    from ferrex.core.sync import PHASE_BEFORE_ANSWER, checkpoint
+    from ferrex.core.index.sync import PHASE_BEFORE_ANSWER, checkpoint
 
     checkpoint(PHASE_BEFORE_ANSWER)
 

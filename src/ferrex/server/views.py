@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ferrex.core.browse import Activity, BrowseItem, BrowsePage, History
+from ferrex.core.reading.browse import Activity, BrowseItem, BrowsePage, History
 from ferrex.core.results import MemoryView
 from ferrex.server.presenter import present_memory
 

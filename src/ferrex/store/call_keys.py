@@ -1,6 +1,6 @@
 """The SQLite rows of exactly-once calls (``call_keys``, schema 3): a write forwarded between
 ferrex processes is recorded under its key, with its answer, in the write's own transaction
-(see ``ferrex.core.call_keys``). Mixed into ``ferrex.store.sqlite.MetadataStore``."""
+(see ``ferrex.core.call_keys``). Mixed into ``ferrex.store.sqlite.SqliteStore``."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ import qdrant_edge as q
 import structlog
 
 from ferrex.core.ids import point_id
-from ferrex.core.indexing import (
+from ferrex.core.index.points import (
     DATETIME_FIELDS,
     INTEGER_FIELDS,
     KEYWORD_FIELDS,

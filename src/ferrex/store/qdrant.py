@@ -19,9 +19,9 @@ import numpy as np
 import structlog
 from qdrant_client import QdrantClient, models
 
-from ferrex.config import QdrantConfig
+from ferrex.config.engine import QdrantConfig
 from ferrex.core.ids import point_id
-from ferrex.core.indexing import (
+from ferrex.core.index.points import (
     DATETIME_FIELDS,
     INTEGER_FIELDS,
     KEYWORD_FIELDS,

@@ -13,7 +13,7 @@ from typing import Any
 
 from qdrant_client import models
 
-from ferrex.config import QdrantConfig
+from ferrex.config.engine import QdrantConfig
 
 DENSE = "dense"
 SPARSE = "bm25"

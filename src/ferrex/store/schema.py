@@ -114,7 +114,7 @@ MIGRATIONS: dict[int, str] = {
     -- Counters kept on write (by triggers, in the writing transaction) so that stats never
     -- scans: memories per namespace / type / current / pinned, and the current memories per
     -- namespace / type / confidence / hour of creation / hour of validation (staleness and
-    -- review depend on those alone; core/attention.py counts them bucket by bucket).
+    -- review depend on those alone; core/lifecycle/attention.py counts them bucket by bucket).
     CREATE TABLE memory_counts (
         namespace TEXT NOT NULL,
         type      TEXT NOT NULL,

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Literal
 
 from ferrex.config import Settings
+from ferrex.core.lifecycle.staleness import STALE, Freshness, assess, effective_confidence
 from ferrex.core.memory import Memory, MemoryType
 from ferrex.core.ports import MemoryRows
 from ferrex.core.recall.answer_type import AnswerType, bonus
@@ -17,7 +18,6 @@ from ferrex.core.recall.records import Scored
 from ferrex.core.requests import RecallRequest
 from ferrex.core.results import RecallHit
 from ferrex.core.retrieval import Candidate, logit, sigmoid
-from ferrex.core.staleness import STALE, Freshness, assess, effective_confidence
 
 
 @dataclass

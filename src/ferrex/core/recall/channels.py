@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ferrex.core.date_terms import query_terms
 from ferrex.core.deps import Deps
-from ferrex.core.feedback import expand
-from ferrex.core.indexing import sparse_text
+from ferrex.core.index.date_terms import query_terms
+from ferrex.core.index.points import sparse_text
 from ferrex.core.ports import IndexFilter, IndexHit, SparseVec, Vector
+from ferrex.core.recall.feedback import expand
 from ferrex.core.retrieval import (
     apply_relative_floor,
     best_chunk_per_memory,
@@ -124,7 +124,7 @@ def _search(
 def feedback_query(
     deps: Deps, sparse: SparseVec, dense_hits: list[IndexHit], bm25_hits: list[IndexHit]
 ) -> SparseVec:
-    """The query with the first fused hits' BM25 terms (core/feedback.py)."""
+    """The query with the first fused hits' BM25 terms (core/recall/feedback.py)."""
     cfg = deps.settings.retrieval
     first = fuse_rrf([dense_hits, bm25_hits], cfg.rrf_k, cfg.feedback.docs)
     rows = deps.meta.get_memories([hit.memory_id for hit in first])

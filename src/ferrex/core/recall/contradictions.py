@@ -7,14 +7,14 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from ferrex.config import Settings
-from ferrex.core import conflict as conflicts
+from ferrex.core.ingest import conflict as conflicts
+from ferrex.core.lifecycle.staleness import STALE, assess
 from ferrex.core.memory import Memory, MemoryType
 from ferrex.core.ports import FactQueries
 from ferrex.core.recall.candidates import hit_of
 from ferrex.core.requests import RecallRequest
 from ferrex.core.results import RecallHit
 from ferrex.core.retrieval import Candidate
-from ferrex.core.staleness import STALE, assess
 
 
 def flag(

@@ -7,7 +7,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from datetime import datetime
 
-from ferrex.core.entities import EntityResolver
+from ferrex.core.matching.entities import EntityResolver
 from ferrex.core.ports import IndexFilter
 from ferrex.core.requests import RecallRequest
 

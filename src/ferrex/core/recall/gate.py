@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from ferrex.config import RetrievalConfig, Settings
+from ferrex.config import Settings
+from ferrex.config.recall import RetrievalConfig
 from ferrex.core.recall.filters import Scope
 from ferrex.core.recall.ordering import Boost, order
 from ferrex.core.recall.records import Retrieved

@@ -10,11 +10,11 @@ from typing import cast
 from ferrex.config import Settings
 from ferrex.core.clock import days_between
 from ferrex.core.deps import Deps
+from ferrex.core.lifecycle.staleness import age_days
 from ferrex.core.memory import Memory, MemoryType
 from ferrex.core.recall.records import Retrieved
 from ferrex.core.recall.relevance import max_boost
 from ferrex.core.retrieval import Candidate, order_candidates, recency_boost
-from ferrex.core.staleness import age_days
 
 Rerank = Callable[[Sequence[Candidate]], list[float]]
 Boost = Callable[[Candidate], float]
@@ -46,7 +46,7 @@ def reranker(deps: Deps, query: str, rows: dict[str, Memory], retrieved: Retriev
 def boost_age_days(memory: Memory, now: datetime) -> float:
     """The age the recency boost sees: an event's from when it happened (its ``timestamp``;
     stored today, last year's event is a year old), anything else's from when it was stored.
-    (Staleness counts from creation for every type: core/staleness.py.)"""
+    (Staleness counts from creation for every type: core/lifecycle/staleness.py.)"""
     if memory.type is MemoryType.EPISODIC:
         return days_between(memory.event_time, now)
     return age_days(memory, now)

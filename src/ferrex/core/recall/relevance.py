@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from ferrex.config import AnswerGate, RecencyConfig, RelevanceModel, RetrievalConfig
+from ferrex.config.recall import AnswerGate, RecencyConfig, RelevanceModel, RetrievalConfig
 from ferrex.core.ports import IndexHit
 from ferrex.core.retrieval import sigmoid
 
