@@ -274,6 +274,32 @@ def test_every_setting_chooses_whether_it_crosses_to_another_process() -> None:
     assert "k" * 20 not in str(told) and "t" * 32 not in str(told)
 
 
+def test_core_reads_only_its_settings() -> None:
+    """Use cases get ``CoreSettings`` (config/core.py): the tuning sections and a few keys, never
+    a credential, an engine's address or a model path. Only the facade (core/service.py), which
+    the wiring hands the whole ``Settings``, imports it."""
+    from ferrex.config import Settings
+    from ferrex.config.core import CORE_SETTINGS, CoreSettings
+
+    exposed = {n for n in dir(CoreSettings) if not n.startswith("_")}
+    assert exposed == set(CORE_SETTINGS), exposed ^ set(CORE_SETTINGS)
+    for kept_out in ("qdrant_api_key", "http_token", "qdrant_url", "qdrant", "model_path"):
+        assert kept_out not in exposed
+    # A view of the live settings: a section swapped in is what core reads next.
+    settings = Settings(qdrant_api_key="k" * 20)
+    core = CoreSettings(settings)
+    assert not hasattr(core, "qdrant_api_key")
+    settings.retrieval = settings.retrieval.model_copy(update={"min_score": 0.5})
+    assert core.retrieval.min_score == 0.5
+    importers = [
+        path.relative_to(PACKAGE).as_posix()
+        for path in (PACKAGE / "core").rglob("*.py")
+        if "ferrex.config.Settings" in _imports(path)
+        or "ferrex.config.settings.Settings" in _imports(path)
+    ]
+    assert importers == ["core/service.py"], importers
+
+
 # --------------------------------------------------------------------------- import cycles
 
 

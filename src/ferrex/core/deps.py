@@ -11,7 +11,7 @@ import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from ferrex.config import Settings
+from ferrex.config.core import CoreSettings
 from ferrex.core.cache import RecallCache
 from ferrex.core.clock import Clock
 from ferrex.core.index.sync import IndexSync
@@ -23,7 +23,7 @@ from ferrex.core.ports import Embedder, MetadataStore, Reranker, SparseEncoder, 
 
 @dataclass
 class Deps:
-    settings: Settings
+    settings: CoreSettings
     meta: MetadataStore
     index: VectorIndex
     embedder: Embedder

@@ -14,6 +14,7 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 
 from ferrex.config import Settings
+from ferrex.config.core import CoreSettings
 from ferrex.core.cache import RecallCache
 from ferrex.core.clock import Clock, utcnow
 from ferrex.core.deps import Deps
@@ -86,15 +87,17 @@ class MemoryService:
         def embed_names(names: Sequence[str]) -> list[Vector]:
             return embedder.embed_documents(list(names))
 
+        self._settings = settings
+        core = CoreSettings(settings)
         self.deps = deps = Deps(
-            settings=settings,
+            settings=core,
             meta=meta,
             index=index,
             embedder=embedder,
             sparse=sparse,
             reranker=reranker,
             clock=clock,
-            sync=IndexSync(settings, meta, index, embedder, sparse),
+            sync=IndexSync(core, meta, index, embedder, sparse),
             entities=EntityResolver(
                 meta,
                 embed_names,
@@ -121,7 +124,10 @@ class MemoryService:
 
     @property
     def settings(self) -> Settings:
-        return self.deps.settings
+        """Every setting, for the layers around core (the engine tells a joining process its
+        share; adapters are wired from it). Use cases get ``deps.settings``: what core reads
+        (``config/core.py``)."""
+        return self._settings
 
     @property
     def meta(self) -> MetadataStore:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import structlog
 
-from ferrex.config import Settings
+from ferrex.config.core import CoreSettings
 from ferrex.core.errors import FerrexError
 from ferrex.core.ids import point_id
 from ferrex.core.index.chunking import Chunk, plan_chunks, step_prefix
@@ -76,7 +76,7 @@ class IndexSync:
 
     def __init__(
         self,
-        settings: Settings,
+        settings: CoreSettings,
         meta: MetadataStore,
         index: VectorIndex,
         embedder: Embedder,

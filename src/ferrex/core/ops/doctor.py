@@ -28,7 +28,7 @@ _SAMPLE = 20
 
 def doctor(service: MemoryService, *, repair: bool = False) -> dict[str, Any]:
     """Compare SQLite (truth) with the vector index; with ``repair`` make them agree."""
-    settings = service.settings
+    settings = service.deps.settings
     meta = service.meta
     report: dict[str, Any] = {"version": __version__, "data_dir": str(settings.data_dir)}
     mode = stat.S_IMODE(os.stat(settings.data_dir).st_mode)
@@ -182,12 +182,12 @@ def _model(service: MemoryService) -> dict[str, Any]:
 
 
 def _reranker(service: MemoryService) -> dict[str, Any]:
-    if service.settings.rerank:
+    if service.deps.settings.rerank:
         # An operator check: say now whether it loads; a one-shot command never leaves a
         # download running in a thread when it exits.
         service.reranker.load(download=False)
     return {
-        "enabled": service.settings.rerank,
+        "enabled": service.deps.settings.rerank,
         "available": service.reranker.available,
         "reason": service.reranker.unavailable_reason,
     }

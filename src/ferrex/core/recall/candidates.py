@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-from ferrex.config import Settings
+from ferrex.config.core import CoreSettings
 from ferrex.core.lifecycle.staleness import STALE, Freshness, assess, effective_confidence
 from ferrex.core.memory import Memory, MemoryType
 from ferrex.core.ports import MemoryRows
@@ -61,7 +61,7 @@ class _Rows:
 
 def admit(
     meta: MemoryRows,
-    settings: Settings,
+    settings: CoreSettings,
     entries: list[Scored],
     request: RecallRequest,
     scope: Scope,
@@ -167,7 +167,7 @@ def _candidate(record: Scored, rank: int, explain: bool) -> Candidate:
 
 
 def hit_of(
-    settings: Settings,
+    settings: CoreSettings,
     memory: Memory,
     candidate: Candidate,
     fresh: Freshness,

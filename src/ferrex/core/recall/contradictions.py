@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from ferrex.config import Settings
+from ferrex.config.core import CoreSettings
 from ferrex.core.ingest import conflict as conflicts
 from ferrex.core.lifecycle.staleness import STALE, assess
 from ferrex.core.memory import Memory, MemoryType
@@ -80,7 +80,7 @@ def _other_values(memory: Memory, group: list[Memory]) -> list[Memory]:
 
 
 def join_partners(
-    settings: Settings,
+    settings: CoreSettings,
     partners: list[tuple[Memory, list[str]]],
     request: RecallRequest,
     hits: list[RecallHit],

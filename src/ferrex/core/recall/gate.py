@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from ferrex.config import Settings
+from ferrex.config.core import CoreSettings
 from ferrex.config.recall import RetrievalConfig
 from ferrex.core.recall.filters import Scope
 from ferrex.core.recall.ordering import Boost, order
@@ -49,7 +49,7 @@ def answer_gate(
 
 
 def held_back(
-    settings: Settings,
+    settings: CoreSettings,
     candidates: Sequence[Candidate],
     stale: Sequence[Candidate],
     limit: int,

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import cast
 
-from ferrex.config import Settings
+from ferrex.config.core import CoreSettings
 from ferrex.core.clock import days_between
 from ferrex.core.deps import Deps
 from ferrex.core.lifecycle.staleness import age_days
@@ -52,7 +52,7 @@ def boost_age_days(memory: Memory, now: datetime) -> float:
     return age_days(memory, now)
 
 
-def booster(settings: Settings, rows: dict[str, Memory], now: datetime) -> Boost:
+def booster(settings: CoreSettings, rows: dict[str, Memory], now: datetime) -> Boost:
     """A candidate's recency boost."""
 
     def boost(candidate: Candidate) -> float:
@@ -63,7 +63,7 @@ def booster(settings: Settings, rows: dict[str, Memory], now: datetime) -> Boost
 
 
 def order(
-    settings: Settings,
+    settings: CoreSettings,
     candidates: Sequence[Candidate],
     *,
     rerank: Rerank | None,

@@ -38,7 +38,7 @@ def redact_memory(scanner: SecretScanner, memory: Memory) -> list[Redaction]:
 def sweep(service: MemoryService, *, repair: bool) -> dict[str, Any]:
     """Count the memories holding secrets (by kind, with a sample of ids, never a value); with
     ``repair`` (and ``secret_handling`` other than ``allow``) redact and re-index them."""
-    settings = service.settings
+    settings = service.deps.settings
     scanner = SecretScanner(settings.secrets.patterns, settings.secrets.allow)
     meta = service.meta
     holding: list[Memory] = []
@@ -99,7 +99,7 @@ class ImportScreen:
     nothing."""
 
     def __init__(self, service: MemoryService) -> None:
-        settings = service.settings
+        settings = service.deps.settings
         self.handling = settings.secret_handling
         self.scanner = SecretScanner(settings.secrets.patterns, settings.secrets.allow)
         self.redacted = 0
