@@ -724,7 +724,7 @@ def locomo_mode(
 
 def fit(ranked: Sequence[str], tokens: dict[str, int], budget: int, limit: int) -> list[str]:
     """The service's budget rule (``core.retrieval.fit_budget``) on a ranked id list."""
-    from ferrex.core.retrieval import fit_budget
+    from ferrex.core.recall.formulas import fit_budget
 
     head = list(ranked[:limit])
     keep, _ = fit_budget(head, lambda mid: tokens[mid], budget)

@@ -215,7 +215,7 @@ def composed_store(size: int, base: Path, seed: int, tier: str, *, sentences: in
         # The late-interaction channel likewise: each sentence's own token vectors (the real
         # model pass), pooled once to half the stored count; a composed memory stores the two
         # halves (what pooling the pair would keep, without pooling 90,000 pairs again).
-        from ferrex.core.late_interaction import document_tokens
+        from ferrex.core.index.late_interaction import document_tokens
         from ferrex.core.ports import TokenEmbedding
 
         half = max(1, service.settings.retrieval.late_interaction.tokens // 2)

@@ -1,5 +1,5 @@
-"""Late interaction (core/late_interaction.py): the model's token vectors from the same pass as
-the dense embedding, pooled and stored as an engine multivector, scored by MaxSim."""
+"""Late interaction (core/index/late_interaction.py): the model's token vectors from the same
+pass as the dense embedding, pooled and stored as an engine multivector, scored by MaxSim."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ferrex.core.late_interaction import (
+from ferrex.core.index.late_interaction import (
     ContentWords,
     document_tokens,
     maxsim,

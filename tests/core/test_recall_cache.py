@@ -371,7 +371,7 @@ def test_an_import_between_two_memories_changes_their_neighbours_at_once(
 
 def test_stored_neighbours_carry_both_types(service: MemoryService) -> None:
     """SQLite returns each neighbour's type and the hit's; core decides what is context (only
-    events for events: core/neighbours.py)."""
+    events for events: core/recall/context.py)."""
     event = invoke(service, "store", {"content": "The deploy of the api failed at 10:02"})
     fact = invoke(
         service, "store", {"subject": "api", "predicate": "deployed_by", "object": "argo"}

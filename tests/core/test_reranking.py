@@ -84,7 +84,7 @@ def test_reranker_reorders_the_fused_head(
     assert explain["base_score"] == pytest.approx(1 / (1 + 2.718281828459045**-2.0), rel=1e-6)
     # score: p's log-odds moved by the boost's share of the margin, less the margin (the largest
     # boost shows p itself): never above 1, never above p
-    from ferrex.core.retrieval import order_key, shown_score
+    from ferrex.core.recall.formulas import order_key, shown_score
 
     key = order_key(explain["base_score"], explain["recency_boost"], 1.3, 0.75)
     assert explain["final_score"] == pytest.approx(shown_score(key, 0.75), abs=2e-6)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from ferrex.config.recall import RecencyConfig, RetrievalConfig
 from ferrex.core.memory import MemoryType
-from ferrex.core.retrieval import (
+from ferrex.core.recall.formulas import (
     Candidate,
     fit_budget,
     order_candidates,
@@ -87,7 +87,7 @@ def test_the_boost_reorders_within_the_margin_and_never_past_it() -> None:
 
 
 def test_order_key_and_shown_score_at_their_boundaries() -> None:
-    from ferrex.core.retrieval import logit, order_key, recency_shift, shown_score
+    from ferrex.core.recall.formulas import logit, order_key, recency_shift, shown_score
 
     assert recency_shift(1.3, 1.3, 0.75) == pytest.approx(0.75)  # the largest boost: the margin
     assert recency_shift(1.0, 1.3, 0.75) == 0.0  # no boost, no shift
@@ -142,7 +142,7 @@ def test_rerank_probability_is_a_monotonic_sigmoid() -> None:
 
 def test_bm25_relative_floor_drops_weak_lexical_matches() -> None:
     from ferrex.core.ports import IndexHit
-    from ferrex.core.retrieval import apply_relative_floor
+    from ferrex.core.recall.formulas import apply_relative_floor
 
     hits = [
         IndexHit(f"p{i}", f"m{i}", score) for i, score in enumerate([10.0, 4.0, 2.0, 1.99, 0.5])
@@ -297,7 +297,7 @@ def test_rrf_order_keeps_scores_from_rising_down_the_list() -> None:
 
 def test_context_neighbours_credit_by_noisy_or_within_the_gap() -> None:
     from ferrex.config.recall import NeighbourConfig
-    from ferrex.core.neighbours import context_credit
+    from ferrex.core.recall.context import context_credit
 
     cfg = NeighbourConfig(weight=0.4, decay=0.5, window=2, gap_seconds=3600)
     t0, t1, later = (
@@ -327,7 +327,7 @@ def test_context_lifts_a_memory_at_most_to_the_hit_it_is_context_of() -> None:
     """The cap: noisy-OR credit never lifts a neighbour over the most relevant hit that gave
     it; a neighbour already above that hit keeps its own relevance."""
     from ferrex.config.recall import NeighbourConfig
-    from ferrex.core.neighbours import context_credit
+    from ferrex.core.recall.context import context_credit
 
     cfg = NeighbourConfig(weight=0.4, decay=0.5, window=2, gap_seconds=3600, min_similarity=-1)
     t = "2026-01-01T10:00:00+00:00"
@@ -348,7 +348,7 @@ def test_context_lifts_a_memory_at_most_to_the_hit_it_is_context_of() -> None:
 
 def test_decay_zero_makes_only_the_nearest_neighbours_context() -> None:
     from ferrex.config.recall import NeighbourConfig
-    from ferrex.core.neighbours import context_credit
+    from ferrex.core.recall.context import context_credit
 
     cfg = NeighbourConfig(weight=0.4, decay=0.0, window=2, gap_seconds=3600, min_similarity=-1)
     t = "2026-01-01T10:00:00+00:00"
@@ -367,7 +367,7 @@ def test_a_neighbour_about_something_else_gets_no_credit() -> None:
     """``min_similarity``: credit passes only to a neighbour whose dense cosine with the hit
     reaches it (at the boundary: passes; one step under: none); unknown vectors pass none."""
     from ferrex.config.recall import NeighbourConfig
-    from ferrex.core.neighbours import context_credit
+    from ferrex.core.recall.context import context_credit
 
     cfg = NeighbourConfig(weight=0.4, decay=0.5, window=2, gap_seconds=3600, min_similarity=0.4)
     t = "2026-01-01T10:00:00+00:00"
@@ -413,7 +413,7 @@ def test_a_neighbour_about_something_else_gets_no_credit() -> None:
 def test_a_memory_asks_when_a_question_ends_one_of_its_last_sentences(
     text: str, asks: bool
 ) -> None:
-    from ferrex.core.neighbours import asks_question
+    from ferrex.core.recall.context import asks_question
 
     assert asks_question(text) is asks
 
@@ -423,7 +423,7 @@ def test_the_answer_to_a_question_gets_its_credit_whatever_its_cosine() -> None:
     ungated by ``min_similarity``; the one before it, and every neighbour of a hit that does
     not ask, stay ordinary (gated, weight x decay^(d-1)); answer_weight 0 turns the rule off."""
     from ferrex.config.recall import NeighbourConfig
-    from ferrex.core.neighbours import context_credit
+    from ferrex.core.recall.context import context_credit
 
     t = "2026-01-01T10:00:00+00:00"
     cfg = NeighbourConfig(weight=0.5, decay=0.7, window=2, min_similarity=0.3, answer_weight=0.9)
@@ -476,7 +476,7 @@ def test_the_floor_judges_a_candidates_floor_basis_where_it_has_one() -> None:
     """Late interaction: a candidate is ordered and scored by its three-feature relevance but
     the floor judges its two-channel relevance (``floor_basis``); the cross-encoder's head is
     judged on its probability."""
-    from ferrex.core.retrieval import Candidate, order_candidates
+    from ferrex.core.recall.formulas import Candidate, order_candidates
 
     def candidates() -> list[Candidate]:
         out = []
@@ -577,7 +577,7 @@ def test_a_chain_of_neighbours_never_ends_above_its_first_hit() -> None:
 
 
 def test_exactly_the_margin_apart_the_fused_rank_decides() -> None:
-    from ferrex.core.retrieval import logit
+    from ferrex.core.recall.formulas import logit
 
     low = 0.5
     high = 1 / (1 + math.exp(-0.75))  # log-odds exactly 0.75 above
@@ -609,7 +609,7 @@ def test_the_pruning_bound_never_drops_a_member_of_the_page(
     """core/recall/candidates.py stops reading the fused list (by relevance) at the first
     candidate whose log-odds plus the margin are under the ``limit``-th one's: no boost and no
     context cap can put such a candidate on the page."""
-    from ferrex.core.retrieval import logit
+    from ferrex.core.recall.formulas import logit
 
     relevances = sorted((r for r, _, _ in rows), reverse=True)
     candidates = []
@@ -637,7 +637,7 @@ def test_the_pruning_bound_never_drops_a_member_of_the_page(
 
 def test_context_of_names_the_most_relevant_hit_that_raised_a_memory() -> None:
     from ferrex.config.recall import NeighbourConfig
-    from ferrex.core.neighbours import context_credit
+    from ferrex.core.recall.context import context_credit
 
     cfg = NeighbourConfig(weight=0.5, decay=0.5, window=2, gap_seconds=3600, min_similarity=-1)
     t = "2026-01-01T10:00:00+00:00"
@@ -656,7 +656,7 @@ def test_context_of_names_the_most_relevant_hit_that_raised_a_memory() -> None:
 
 def test_a_fact_or_procedure_next_to_an_event_is_not_its_context() -> None:
     from ferrex.config.recall import NeighbourConfig
-    from ferrex.core.neighbours import context_credit
+    from ferrex.core.recall.context import context_credit
 
     cfg = NeighbourConfig(weight=0.5, decay=0.5, window=2, gap_seconds=3600, min_similarity=-1)
     t = "2026-01-01T10:00:00+00:00"

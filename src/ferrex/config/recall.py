@@ -50,7 +50,7 @@ def _late_relevance() -> RelevanceModel:
 
 
 class LateInteractionConfig(Section):
-    """The late-interaction channel (core/late_interaction.py). ``enabled`` at index time
+    """The late-interaction channel (core/index/late_interaction.py). ``enabled`` at index time
     stores each point's pooled token vectors (``tokens`` of them at most; changing it takes
     ``ferrex rebuild-index``); at query time it scores the candidates by MaxSim when the index
     has the channel. Off: recall uses ``retrieval.relevance`` alone."""
@@ -71,7 +71,7 @@ class AnswerGate(Section):
 
 
 class NeighbourConfig(Section):
-    """Context neighbours (core/neighbours.py); weight 0 turns them off. The defaults were
+    """Context neighbours (core/recall/context.py); weight 0 turns them off. The defaults were
     chosen on both dev sets (docs/recall.md)."""
 
     weight: float = Field(default=0.5, ge=0, le=1)

@@ -6,7 +6,7 @@ candidate list and the cross-encoder scores. Freshness, staleness filtering and 
 recomputed from SQLite on every call, so a hit returns exactly what a miss would have. Any write
 to a namespace bumps its generation and drops its entries.
 
-Two more hold what context neighbours (core/neighbours.py) read for a hit, keyed by the
+Two more hold what context neighbours (core/recall/context.py) read for a hit, keyed by the
 namespace's generation: its stored neighbours (SQLite) and the dense cosine of each (hit,
 neighbour) pair (the index). Different queries find the same memories, and these lookups were
 a third of a recall's work besides the model. Like the query embeddings they are exact copies

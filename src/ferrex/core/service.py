@@ -51,7 +51,7 @@ from ferrex.core.reading.browse import (
     HistoryRequest,
 )
 from ferrex.core.reading.lookup import Lookup
-from ferrex.core.recall import Recall
+from ferrex.core.recall.usecase import Recall
 from ferrex.core.requests import (
     ForgetRequest,
     RecallRequest,

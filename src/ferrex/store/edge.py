@@ -24,7 +24,7 @@ from ferrex.core.index.points import (
     vector_floats,
 )
 from ferrex.core.ports import IndexFilter, IndexHit, IndexPoint, IndexStats, SparseVec, Vector
-from ferrex.core.retrieval import hit_order
+from ferrex.core.recall.formulas import hit_order
 from ferrex.store import edge_disk
 from ferrex.store.edge_build import (
     OPTIMIZE_MIN_UNINDEXED,

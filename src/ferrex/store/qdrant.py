@@ -28,7 +28,7 @@ from ferrex.core.index.points import (
     vector_floats,
 )
 from ferrex.core.ports import IndexFilter, IndexHit, IndexPoint, IndexStats, SparseVec, Vector
-from ferrex.core.retrieval import hit_order
+from ferrex.core.recall.formulas import hit_order
 from ferrex.store.qdrant_collection import (
     DENSE,
     SPARSE,

@@ -11,12 +11,12 @@ from typing import Any
 
 from ferrex.core.clock import to_iso
 from ferrex.core.memory import Memory, MemoryType
-from ferrex.core.neighbours import ASK_TAIL, asks_question
 from ferrex.core.ports import (
     MemoryCount,
     ReviewBucket,
     StoredNeighbour,
 )
+from ferrex.core.recall.context import ASK_TAIL, asks_question
 from ferrex.store.sqlite_rows import (
     BROWSE_ORDER,
     MEMORY_COLUMNS,

@@ -21,8 +21,8 @@ from ferrex.config.core import CoreSettings
 from ferrex.core.errors import FerrexError
 from ferrex.core.ids import point_id
 from ferrex.core.index.chunking import Chunk, plan_chunks, step_prefix
+from ferrex.core.index.late_interaction import document_tokens
 from ferrex.core.index.points import build_payload, sparse_text, validity_payload
-from ferrex.core.late_interaction import document_tokens
 from ferrex.core.memory import Memory, embed_text
 from ferrex.core.ports import (
     Embedder,

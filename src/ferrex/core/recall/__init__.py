@@ -1,8 +1,4 @@
-"""Recall (spec "Retrieval Pipeline Detail"): the use case (``usecase.py``) and its stages, each a
-module of its own."""
-
-from __future__ import annotations
-
-from ferrex.core.recall.usecase import Recall
-
-__all__ = ["Recall"]
+"""Recall (spec "Retrieval Pipeline Detail"): the use case (``usecase.py``), its stages, each a
+module of its own, and their formulas (``formulas.py``: fusion, boosts, order, budget;
+``context.py``: context neighbours' credit). Nothing is imported here: the store adapters read
+``formulas.hit_order`` and ``context.asks_question`` without loading the use case."""

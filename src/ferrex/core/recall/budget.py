@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ferrex.core.memory import Memory
 from ferrex.core.ports import Embedder
-from ferrex.core.retrieval import Candidate, fit_budget
+from ferrex.core.recall.formulas import Candidate, fit_budget
 
 
 @dataclass

@@ -14,10 +14,10 @@ from ferrex.core.memory import Memory, MemoryType
 from ferrex.core.ports import MemoryRows
 from ferrex.core.recall.answer_type import AnswerType, bonus
 from ferrex.core.recall.filters import Scope
+from ferrex.core.recall.formulas import Candidate, logit, sigmoid
 from ferrex.core.recall.records import Scored
 from ferrex.core.requests import RecallRequest
 from ferrex.core.results import RecallHit
-from ferrex.core.retrieval import Candidate, logit, sigmoid
 
 
 @dataclass
@@ -75,7 +75,7 @@ def admit(
 ) -> Page:
     """Candidates arrive by relevance (score fusion, no cross-encoder): one under the floor
     is never returned, nor one whose relevance's log-odds are more than the recency ``margin``
-    under its ``limit``-th candidate's (no boost can lift it past that one: core/retrieval.py
+    under its ``limit``-th candidate's (no boost can lift it past that one: core/recall/formulas.py
     ``order_key``). Rows are read and assessed only up to there (``prunable``). A fact read
     that holds the answer type the question asks for (``asked``) gains
     ``retrieval.answer_type_bonus`` logits of relevance (answer_type.py): among the candidates

@@ -12,7 +12,7 @@ from ferrex.core.index.date_terms import query_terms
 from ferrex.core.index.points import sparse_text
 from ferrex.core.ports import IndexFilter, IndexHit, SparseVec, Vector
 from ferrex.core.recall.feedback import expand
-from ferrex.core.retrieval import (
+from ferrex.core.recall.formulas import (
     apply_relative_floor,
     best_chunk_per_memory,
     fuse_rrf,

@@ -12,9 +12,9 @@ from ferrex.core.lifecycle.staleness import STALE, assess
 from ferrex.core.memory import Memory, MemoryType
 from ferrex.core.ports import FactQueries
 from ferrex.core.recall.candidates import hit_of
+from ferrex.core.recall.formulas import Candidate
 from ferrex.core.requests import RecallRequest
 from ferrex.core.results import RecallHit
-from ferrex.core.retrieval import Candidate
 
 
 def flag(

@@ -1,6 +1,6 @@
 """Every candidate's evidence from every channel: each channel's score for the candidates the
-other channel found, and with late interaction each candidate's MaxSim (core/late_interaction.py),
-all in one engine call."""
+other channel found, and with late interaction each candidate's MaxSim
+(core/index/late_interaction.py), all in one engine call."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import numpy as np
 
 from ferrex.core.deps import Deps
 from ferrex.core.ids import point_id
-from ferrex.core.late_interaction import mean_maxsim
+from ferrex.core.index.late_interaction import mean_maxsim
 from ferrex.core.ports import IndexFilter, IndexHit, SparseVec, Vector
 from ferrex.core.recall.channels import MAX_CHUNK_FETCH
-from ferrex.core.retrieval import best_chunk_per_memory, needs_deeper_fetch
+from ferrex.core.recall.formulas import best_chunk_per_memory, needs_deeper_fetch
 
 Only = Callable[[tuple[str, ...]], IndexFilter]
 

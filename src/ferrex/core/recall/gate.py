@@ -9,10 +9,10 @@ from dataclasses import replace
 from ferrex.config.core import CoreSettings
 from ferrex.config.recall import RetrievalConfig
 from ferrex.core.recall.filters import Scope
+from ferrex.core.recall.formulas import Candidate
 from ferrex.core.recall.ordering import Boost, order
 from ferrex.core.recall.records import Retrieved
 from ferrex.core.recall.relevance import answers
-from ferrex.core.retrieval import Candidate
 
 
 def floor_of(scope: Scope, cfg: RetrievalConfig) -> float:

@@ -1,4 +1,4 @@
-"""Context-neighbour credit on the candidates (the rules: core/neighbours.py), and its lookups
+"""Context-neighbour credit on the candidates (the rules: core/recall/context.py), and its lookups
 through the cache: each hit's stored neighbours (SQLite) and the dense cosine of each (hit,
 neighbour) pair (the index), kept per namespace write generation (core/cache.py)."""
 
@@ -8,14 +8,14 @@ import math
 
 from ferrex.core.cache import NO_COSINE
 from ferrex.core.deps import Deps
-from ferrex.core.neighbours import (
+from ferrex.core.ports import IndexFilter, StoredNeighbour
+from ferrex.core.recall.context import (
     NeighbourCredit,
     context_credit,
     context_pairs,
     hit_asks,
     is_answer,
 )
-from ferrex.core.ports import IndexFilter, StoredNeighbour
 from ferrex.core.recall.relevance import Evidence
 
 
@@ -25,7 +25,7 @@ def credit(
     flt: IndexFilter,
     gate: dict[str, float] | None = None,
 ) -> NeighbourCredit:
-    """Context neighbours (core/neighbours.py): updates ``scored`` in place (and ``gate``,
+    """Context neighbours (core/recall/context.py): updates ``scored`` in place (and ``gate``,
     the two-channel relevance the answer gate judges, with the same credit); returns the
     credit: the neighbours that joined, each with the hit it came by, and the hit each
     memory it raised is context of. A filtered recall (entities, a time range, a past moment,
@@ -48,7 +48,7 @@ def credit(
     if cfg.min_similarity > -1:
         # The cosines of the pairs credit may pass along (``gate`` holds the same
         # candidates, so its pairs are these; a pair without a cosine passes nothing).
-        # An answer passes without one (core/neighbours.py ``is_answer``).
+        # An answer passes without one (core/recall/context.py ``is_answer``).
         others: dict[str, list[str]] = {}
         for hit, other, offset in context_pairs(relevance, near, cfg, may_join=may_join):
             if not is_answer(offset, hit_asks(near[hit]), cfg):

@@ -1,5 +1,5 @@
 """The page's order: the cross-encoder over the first candidates (its scores kept with the cache
-entry), the recency boost, and ``order_candidates`` (core/retrieval.py)."""
+entry), the recency boost, and ``order_candidates`` (core/recall/formulas.py)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from ferrex.core.clock import days_between
 from ferrex.core.deps import Deps
 from ferrex.core.lifecycle.staleness import age_days
 from ferrex.core.memory import Memory, MemoryType
+from ferrex.core.recall.formulas import Candidate, order_candidates, recency_boost
 from ferrex.core.recall.records import Retrieved
 from ferrex.core.recall.relevance import max_boost
-from ferrex.core.retrieval import Candidate, order_candidates, recency_boost
 
 Rerank = Callable[[Sequence[Candidate]], list[float]]
 Boost = Callable[[Candidate], float]

@@ -12,7 +12,7 @@ pieces of evidence every memory has:
 
     relevance = sigmoid(bias + w_dense x dense + w_bm25 x bm25_norm [+ w_late x late])
 
-where the index has the late-interaction channel, ``late`` (core/late_interaction.py, the mean
+where the index has the late-interaction channel, ``late`` (core/index/late_interaction.py, the mean
 MaxSim of the query's and the memory's token vectors) is a third piece of evidence, with weights
 of its own (``retrieval.relevance_late``) fitted the same way.
 
@@ -21,7 +21,7 @@ The weights are a logistic regression fitted on the dev halves of LoCoMo and Sci
 best candidate of a question nothing answers still scores low, which is what the relevance floor
 (``retrieval.min_score``) relies on.
 
-The recency boost orders candidates within a margin of this relevance (core/retrieval.py
+The recency boost orders candidates within a margin of this relevance (core/recall/formulas.py
 ``order_key``); the floor compares the relevance before it, so a boost alone never lifts an
 unrelated memory into the results.
 """
@@ -33,7 +33,7 @@ from collections.abc import Sequence
 
 from ferrex.config.recall import AnswerGate, RecencyConfig, RelevanceModel, RetrievalConfig
 from ferrex.core.ports import IndexHit
-from ferrex.core.retrieval import sigmoid
+from ferrex.core.recall.formulas import sigmoid
 
 
 def idf_one(points: int) -> float:

@@ -12,13 +12,13 @@ from ferrex.core import errors
 from ferrex.core.cache import embedding_hash
 from ferrex.core.deps import Deps
 from ferrex.core.errors import FerrexError
-from ferrex.core.late_interaction import ContentWords, query_tokens
-from ferrex.core.neighbours import NeighbourCredit
+from ferrex.core.index.late_interaction import ContentWords, query_tokens
 from ferrex.core.ports import IndexFilter, Vector
 from ferrex.core.recall.answer_type import asked_for
 from ferrex.core.recall.budget import Fitted, fit
 from ferrex.core.recall.candidates import Page, admit, hit_of
 from ferrex.core.recall.channels import Channels, fetch
+from ferrex.core.recall.context import NeighbourCredit
 from ferrex.core.recall.contradictions import flag, join_partners
 from ferrex.core.recall.evidence import complete
 from ferrex.core.recall.filters import Scope, cache_params, scope_of

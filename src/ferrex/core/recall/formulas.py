@@ -71,7 +71,7 @@ class Candidate:
     floor_basis: float | None = None
     # Where it stands on the page (``order_key``): higher first.
     key: float = 0.0
-    # The hit whose context credit raised its relevance (core/neighbours.py), if any.
+    # The hit whose context credit raised its relevance (core/recall/context.py), if any.
     context_of: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -42,7 +42,7 @@ class NeighbourCredit:
     relevance: dict[str, float]
     joined: dict[str, str] = field(default_factory=dict)  # joined neighbour -> the hit it came by
     # A memory whose relevance the credit raised -> the most relevant hit it is context of (it
-    # is never ordered above that hit: core/retrieval.py ``cap_context``).
+    # is never ordered above that hit: core/recall/formulas.py ``cap_context``).
     context_of: dict[str, str] = field(default_factory=dict)
 
 
