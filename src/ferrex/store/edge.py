@@ -43,6 +43,10 @@ _CONFIG = "edge_config.json"  # the engine's own: the collection's vectors
 _RETURNED_FIELDS = ["memory_id", "chunk", "type"]
 # The most points ``EdgeIndex._known`` holds (~300 bytes each); past it the older half goes.
 _KNOWN_POINTS = 50_000
+# The engine flushes only when asked, and its write-ahead log keeps every update until then
+# (~32 KB a memory with token vectors: 2.2 GB over a 70k bulk build, replayed at the next open):
+# a flush after this many written points keeps it to a few of its 2 MiB segments.
+FLUSH_EVERY_POINTS = 2_000
 # One string per memory type: what ``_known`` holds is not a copy per point.
 _TYPES = {name: name for name in ("episodic", "semantic", "procedural")}
 # A point id as the engine returns it (ferrex's are UUIDs).
@@ -74,6 +78,7 @@ class EdgeIndex:
         self._pending: list[q.UpdateOperation] | None = None
         self.optimizer = BackgroundOptimizer(self, optimize_min_unindexed)
         self._late = False
+        self._unflushed = 0  # points written since the last flush (FLUSH_EVERY_POINTS)
         # What the engine returned with points it found: (memory_id, chunk, type) by point id.
         # A point id derives from its memory id and chunk (core/ids.py) and a memory keeps its
         # type, so an entry is never wrong for a point that exists; writes drop theirs anyway.
@@ -120,6 +125,7 @@ class EdgeIndex:
                     # ~0.003 of float32 (docs/recall.md).
                     datatype=q.VectorStorageDatatype.Turbo8,
                     hnsw_config=q.HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=0),
+                    memory=q.Memory.Cold,  # mapped, not read in (store/edge_disk.py)
                 )
             config = q.EdgeConfig(
                 vectors=vectors,
@@ -164,7 +170,7 @@ class EdgeIndex:
             return
         edge_points = [q.Point(p.point_id, self._vectors(p), p.payload) for p in points]
         self._forget_known([p.point_id for p in points])
-        self._apply(q.UpdateOperation.upsert_points(edge_points))
+        self._apply(q.UpdateOperation.upsert_points(edge_points), points=len(edge_points))
 
     def _vectors(self, point: IndexPoint) -> dict[str, Any]:
         vectors: dict[str, Any] = {
@@ -243,7 +249,7 @@ class EdgeIndex:
         flt = q.Filter(must=[q.FieldCondition("memory_id", match=q.MatchValue(memory_id))])
         self._apply(q.UpdateOperation.set_payload_by_filter(flt, payload))
 
-    def _apply(self, operation: q.UpdateOperation, *, grows: bool = True) -> None:
+    def _apply(self, operation: q.UpdateOperation, *, grows: bool = True, points: int = 1) -> None:
         """One engine update, refused (``StorageSpaceError``) unless the disk has room for the
         pages the engine may touch in it: its files' holes and what it may add (store/
         edge_disk.py; a delete adds its log only). The check walks the shard's files: ~3 ms
@@ -254,6 +260,13 @@ class EdgeIndex:
             self.shard.update(operation)
             if self._pending is not None:
                 self._pending.append(operation)
+            self._unflushed += points
+            if self._unflushed >= FLUSH_EVERY_POINTS:
+                self._unflushed = 0
+                try:  # the update is in the log already: a failed flush loses nothing
+                    self.shard.flush()
+                except Exception as exc:  # the engine raises a bare Exception
+                    log.warning("flushing the vector index failed", error=str(exc)[:300])
 
     # ------------------------------------------------------------------ reads
 
