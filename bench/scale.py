@@ -136,10 +136,14 @@ def main() -> int:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--model-tier", default="small")
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--no-graph", action="store_true", help="serve the store as built: brute-force search"
+    )
     args = parser.parse_args()
     store = args.store.expanduser()
-    info = build_graph(store)
+    info = build_info(store) if args.no_graph else build_graph(store)
     row: dict[str, Any] = {"store": store.name, "build": info, "disk": disk(store / "data")}
+    row["graph"] = not args.no_graph
     row["served"] = asyncio.run(serve(store / "data", args.model_tier, queries(args.queries, 12)))
     row["load_average"] = os.getloadavg()
     text = json.dumps(row, indent=2)
