@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import threading
@@ -43,9 +42,8 @@ _CONFIG = "edge_config.json"  # the engine's own: the collection's vectors
 _RETURNED_FIELDS = ["memory_id", "chunk", "type"]
 # The most points ``EdgeIndex._known`` holds (~300 bytes each); past it the older half goes.
 _KNOWN_POINTS = 50_000
-# The engine flushes only when asked, and its write-ahead log keeps every update until then
-# (~32 KB a memory with token vectors: 2.2 GB over a 70k bulk build, replayed at the next open):
-# a flush after this many written points keeps it to a few of its 2 MiB segments.
+# The engine flushes only when asked; its log keeps every update until then (~32 KB a memory
+# with token vectors: 2.2 GB over a 70k bulk import, replayed at the next open).
 FLUSH_EVERY_POINTS = 2_000
 # One string per memory type: what ``_known`` holds is not a copy per point.
 _TYPES = {name: name for name in ("episodic", "semantic", "procedural")}
@@ -90,7 +88,7 @@ class EdgeIndex:
         _recover_swap(path)
         if (path / _CONFIG).exists() or _has_segments(path):
             self._shard = self._load(path)
-            self._late = _has_channel(path, TOKENS)
+            self._late = TOKENS in edge_disk.config_vectors(path)
 
     @property
     def late_interaction(self) -> bool:
@@ -263,10 +261,7 @@ class EdgeIndex:
             self._unflushed += points
             if self._unflushed >= FLUSH_EVERY_POINTS:
                 self._unflushed = 0
-                try:  # the update is in the log already: a failed flush loses nothing
-                    self.shard.flush()
-                except Exception as exc:  # the engine raises a bare Exception
-                    log.warning("flushing the vector index failed", error=str(exc)[:300])
+                self.flush_quietly()  # the update is in the log already
 
     # ------------------------------------------------------------------ reads
 
@@ -497,14 +492,19 @@ class EdgeIndex:
             with self._lock:
                 self._shard.flush()
 
+    def flush_quietly(self) -> None:
+        """Flush, logging a failure (e.g. a full disk): the engine's log replays what it holds."""
+        try:
+            self.shard.flush()
+        except Exception as exc:  # the engine raises a bare Exception
+            log.error("flushing the vector index failed", error=str(exc)[:300])
+
     def close(self) -> None:
         self.optimizer.cancel()
         with self._lock:
             if self._shard is not None:
                 try:
-                    self._shard.flush()
-                except Exception as exc:  # e.g. a full disk: the engine's log replays it
-                    log.error("flushing the vector index failed", error=str(exc)[:300])
+                    self.flush_quietly()
                 finally:
                     self._shard.close()
                     self._shard = None
@@ -579,17 +579,6 @@ class EdgeIndex:
     def abandon_build(self) -> None:
         with self._lock:
             self._pending = None
-
-
-def _has_channel(path: Path, name: str) -> bool:
-    """Whether the shard's collection has the named vector (the engine's own config file,
-    which it writes at creation and again on every load)."""
-    try:
-        data = json.loads((path / _CONFIG).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    vectors = data.get("vectors") if isinstance(data, dict) else None
-    return isinstance(vectors, dict) and name in vectors
 
 
 def _has_segments(path: Path) -> bool:

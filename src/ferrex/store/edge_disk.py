@@ -173,18 +173,22 @@ def vectors_mapped(path: Path, names: Iterable[str]) -> int:
     return changed
 
 
-def mapped_vectors(path: Path) -> set[str]:
-    """The vector names the shard's persisted config keeps mapped (``vectors_mapped``)."""
+def config_vectors(path: Path) -> dict[str, Any]:
+    """The shard's vectors by name, as its persisted config has them (the engine's own file,
+    written at creation and again on every load); empty without one."""
     try:
         data = json.loads((path / _CONFIG).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return set()
+        return {}
     vectors = data.get("vectors") if isinstance(data, dict) else None
-    if not isinstance(vectors, dict):
-        return set()
+    return vectors if isinstance(vectors, dict) else {}
+
+
+def mapped_vectors(path: Path) -> set[str]:
+    """The vector names the shard's persisted config keeps mapped (``vectors_mapped``)."""
     return {
         name
-        for name, params in vectors.items()
+        for name, params in config_vectors(path).items()
         if isinstance(params, dict) and params.get("memory") == "cold"
     }
 
