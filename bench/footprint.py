@@ -94,18 +94,30 @@ from ferrex.server.calls import run_tool
 service = open_service({data!r}, "small")
 run_tool(service, "recall", {{"query": "what did they say about the trip", "limit": 5}})
 status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
-print(json.dumps({{k: int(status[k].split()[0]) // 1024 for k in ("VmRSS", "VmHWM")}}))
+keys = ("VmRSS", "VmHWM", "RssAnon", "RssFile")
+reading = {{k: int(status[k].split()[0]) // 1024 for k in keys}}
+for line in open("/proc/self/smaps_rollup"):
+    if line.startswith("Pss:"):
+        reading["Pss"] = int(line.split()[1]) // 1024
+print(json.dumps(reading))
 service.close()
 """
 
 
 def rss(data: Path, env: dict[str, str]) -> dict[str, int]:
-    code = RSS_CHILD.format(src=str(BENCH.parent / "src"), bench=str(BENCH), data=str(data))
+    src = os.environ.get("BENCH_SERVED_SRC") or str(BENCH.parent / "src")  # another checkout
+    code = RSS_CHILD.format(src=src, bench=str(BENCH), data=str(data))
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
     )
     reading: dict[str, int] = json.loads(done.stdout.strip().splitlines()[-1])
-    return {"rss_mb": reading["VmRSS"], "peak_rss_mb": reading["VmHWM"]}
+    return {
+        "rss_mb": reading["VmRSS"],
+        "peak_rss_mb": reading["VmHWM"],
+        "rss_anon_mb": reading["RssAnon"],
+        "rss_file_mb": reading["RssFile"],
+        "pss_mb": reading["Pss"],
+    }
 
 
 def main() -> int:
@@ -126,10 +138,15 @@ def main() -> int:
     env = {**os.environ, "FERREX_LOG": "error"}
     if args.existing is not None:  # as built (by whichever code built it), then opened
         data = work / "data"
-        shutil.copytree(args.existing / "data", data)
+        # A sparse copy: the zero pages of the engine's pre-sized files (which the cache's own
+        # copies filled in) become holes again, as the engine leaves them.
+        subprocess.run(
+            ["cp", "-a", "--sparse=always", str(args.existing / "data"), str(data)], check=True
+        )
         built = measure(data, Tally(), models)
         row = {"memories": args.sizes[0], **built, **rss(data, env)}
         print(json.dumps(row), flush=True)
+        shutil.rmtree(work, ignore_errors=True)
         return 0
     from corpus import memories
     from ferrex.logs import configure

@@ -87,10 +87,26 @@ def timed(fn: Callable[[], Any], repeat: int) -> list[float]:
 
 
 def rss_mb(pid: int) -> float:
+    return memory_mb(pid)["rss"]
+
+
+def memory_mb(pid: int) -> dict[str, float]:
+    """A process's memory: resident (VmRSS), of which anonymous (RssAnon: what the kernel cannot
+    drop) and mapped files (RssFile: the page cache, dropped under pressure), and its
+    proportional share (Pss, shared pages divided among the processes mapping them)."""
+    fields = {"VmRSS:": "rss", "RssAnon:": "anon", "RssFile:": "file"}
+    out = {name: 0.0 for name in (*fields.values(), "pss")}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+        name = fields.get(line.split(" ", 1)[0].split("\t", 1)[0])
+        if name:
+            out[name] = round(int(line.split()[1]) / 1024, 1)
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                out["pss"] = round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return out
 
 
 def children_of(pid: int) -> list[int]:
@@ -122,7 +138,8 @@ def ferrex_params(
         "FERREX_OFFLINE": "1",
         "FERREX_LOG": "error",
         "FERREX_CACHE__ENABLED": "false",
-        "PYTHONPATH": str(ROOT / "src"),  # the code of this checkout, whatever is installed
+        # This checkout's code, whatever is installed (BENCH_SERVED_SRC: another's src).
+        "PYTHONPATH": os.environ.get("BENCH_SERVED_SRC") or str(ROOT / "src"),
         **(extra or {}),
     }
     return StdioServerParameters(
@@ -207,8 +224,10 @@ async def mcp_recall(
             store_samples.append(time.perf_counter() - start)
         out["store"] = summary(store_samples)
         pids = children_of(os.getpid())
-        rss = [rss_mb(pid) for pid in pids if "ferrex" in Path(f"/proc/{pid}/cmdline").read_text()]
-        out["rss_mb"] = round(max(rss), 1) if rss else None
+        served = [p for p in pids if "ferrex" in Path(f"/proc/{p}/cmdline").read_text()]
+        readings = sorted((memory_mb(pid) for pid in served), key=lambda m: m["rss"])
+        out["rss_mb"] = readings[-1]["rss"] if readings else None
+        out["memory_mb"] = readings[-1] if readings else None
     return out
 
 
@@ -430,6 +449,12 @@ async def background_index(
             }
             after = await timed_recalls(client, after_texts)
             out["recall_after"] = summary(after)
+            served = [
+                p
+                for p in children_of(os.getpid())
+                if "ferrex" in Path(f"/proc/{p}/cmdline").read_text()
+            ]
+            out["memory_after_mb"] = [memory_mb(pid) for pid in served]
     return out
 
 

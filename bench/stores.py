@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 import shutil
 import sys
 import time
@@ -160,7 +161,24 @@ def cached_stores(
     return paths
 
 
-def composed_store(size: int, base: Path, seed: int, tier: str, *, sentences: int = 1500) -> Path:
+SENTENCES = 1500  # the composed stores' sentence pool (a larger one: its own cache entry)
+
+
+def composed_path(size: int, seed: int, tier: str, late: bool, sentences: int) -> Path:
+    suffix = "-composed-late" if late else "-composed"
+    pool = "" if sentences == SENTENCES else f"-p{sentences}"
+    return cache_root() / f"store-{size}-s{seed}-{tier}-c{CORPUS_VERSION}{suffix}{pool}"
+
+
+def composed_store(
+    size: int,
+    base: Path,
+    seed: int,
+    tier: str,
+    *,
+    sentences: int = SENTENCES,
+    checkpoints: Sequence[int] = (),
+) -> Path:
     """A store of ``size`` memories grown from the cached ``base`` store with memories whose
     vectors are COMPOSED, not embedded: each is two real SciFact sentences of two different
     papers, its vector the normalised sum of the two sentences' real embeddings (``sentences``
@@ -169,15 +187,53 @@ def composed_store(size: int, base: Path, seed: int, tier: str, *, sentences: in
     vectors are the two sentences' real ones, each pooled once to half the stored count (a
     separate cache entry, ``-composed-late``). Embedding 90,000 more texts takes hours of a
     shared 2-core box; this takes minutes. Recall, store and stats at this size all run the
-    real model."""
+    real model.
+
+    A pool larger than the default (``sentences``; ~2 x its square ordered pairs) serves stores of
+    a million memories, which skip the credential scan too (SciFact sentences hold none:
+    ``bench/secrets_cost.py``; ~20% of this build's time). ``checkpoints``: smaller sizes on the
+    way, each closed and copied into its own cache entry as the build passes it (the build log
+    on stderr gives the rate as the store grows)."""
     late = _has_tokens_channel(base / "data" / "index")
-    suffix = "-composed-late" if late else "-composed"
-    root = cache_root() / f"store-{size}-s{seed}-{tier}-c{CORPUS_VERSION}{suffix}"
+    root = composed_path(size, seed, tier, late, sentences)
     if (root / "build.json").exists():
         return root
     if not (root / "data").exists():  # else: resume an interrupted build
         root.mkdir(parents=True, exist_ok=True)
         shutil.copytree(base / "data", root / "data")
+    stops = sorted(c for c in checkpoints if c < size)
+    stops = [
+        c
+        for c in stops
+        if not (composed_path(c, seed, tier, late, sentences) / "build.json").exists()
+    ]
+    info: dict[str, Any] = {}
+    while True:
+        target = stops.pop(0) if stops else size
+        info = _compose(target, base, root, seed, tier, late, sentences, info)
+        if target == size:
+            break
+        copy = composed_path(target, seed, tier, late, sentences)
+        shutil.rmtree(copy, ignore_errors=True)
+        copy.mkdir(parents=True)
+        shutil.copytree(root / "data", copy / "data")
+        (copy / "build.json").write_text(json.dumps(info, indent=2), encoding="utf-8")
+        print(f"  cached {copy} {json.dumps(info)}", file=sys.stderr, flush=True)
+    (root / "build.json").write_text(json.dumps(info, indent=2), encoding="utf-8")
+    return root
+
+
+def _compose(
+    size: int,
+    base: Path,
+    root: Path,
+    seed: int,
+    tier: str,
+    late: bool,
+    sentences: int,
+    before: dict[str, Any],
+) -> dict[str, Any]:
+    """Grow the store at ``root`` to ``size`` composed memories (``composed_store``)."""
     import random
 
     import numpy as np
@@ -193,7 +249,8 @@ def composed_store(size: int, base: Path, seed: int, tier: str, *, sentences: in
         options = abstracts[paper][1]
         texts.append(options[int(where * len(options))])
         papers.append(paper)
-    service = open_service(root / "data", tier)
+    pool = sentences != SENTENCES
+    service = open_service(root / "data", tier, ["secret_handling=allow"] if pool else [])
     real_embed = service.embedder.embed_documents
     start = time.perf_counter()
     saved = root / f"sentences-{sentences}.npy"
@@ -207,6 +264,9 @@ def composed_store(size: int, base: Path, seed: int, tier: str, *, sentences: in
     # (``used``), so the dedup search (brute force over the growing unindexed store: the build's
     # whole cost otherwise) can only answer "no duplicate": skip it for these.
     service.storing.dedup.find = lambda *args, **kwargs: None  # type: ignore[method-assign]
+    if pool:  # and the batch's nearest-neighbour search, which only that check reads (brute
+        # force over the growing store: ~2% of the build at 60k memories, growing with it)
+        service.storing.dedup.search_nearest = lambda *args, **kwargs: None  # type: ignore[method-assign]
     used: set[tuple[int, int]] = set()
     composed: dict[str, Any] = {}
 
@@ -219,17 +279,25 @@ def composed_store(size: int, base: Path, seed: int, tier: str, *, sentences: in
         from ferrex.core.ports import TokenEmbedding
 
         half = max(1, service.settings.retrieval.late_interaction.tokens // 2)
-        sentence_tokens = [
-            document_tokens(e, half) for e in service.embedder.embed_documents_tokens(texts)
-        ]
+        kept = root / f"sentences-{sentences}-tokens{half}.pickle"
+        if kept.exists():  # a checkpointed build's later stages
+            sentence_tokens = pickle.loads(kept.read_bytes())
+        else:
+            sentence_tokens = [
+                document_tokens(e, half) for e in service.embedder.embed_documents_tokens(texts)
+            ]
+            kept.write_bytes(pickle.dumps(sentence_tokens))
         composed_tokens: dict[str, Any] = {}
         service.embedder.embed_documents_tokens = _known_first(  # type: ignore[method-assign]
             composed_tokens, service.embedder.embed_documents_tokens
         )
     try:
         have = service.meta.count_memories()
+        if pool:  # a resumed or checkpointed build draws new pairs (``used`` starts empty)
+            rng = random.Random(f"{seed}:{have}")
         stored = 0
         start = time.perf_counter()
+        last_report = start
         while have + stored < size:
             batch = []
             for _ in range(min(BATCH, size - have - stored)):
@@ -251,22 +319,29 @@ def composed_store(size: int, base: Path, seed: int, tier: str, *, sentences: in
             composed.clear()
             if late:
                 composed_tokens.clear()
+            now = time.perf_counter()
+            if now - last_report > 60:
+                rate = stored / (now - start)
+                print(f"  {have + stored} memories ({rate:.0f}/s)", file=sys.stderr, flush=True)
+                last_report = now
         seconds = time.perf_counter() - start
     finally:
         service.close()
-    info = {
+    composed_count = stored + int(before.get("composed", 0))
+    total_seconds = seconds + float(before.get("seconds", 0))
+    return {
         "size": size,
         "stored": have + stored,
-        "composed": stored,
+        "composed": composed_count,
         "base": str(base.name),
         "sentences_embedded": sentences,
         "sentence_embedding_seconds": round(embed_seconds, 1),
-        "seconds": round(seconds, 1),
-        "per_second": round(stored / seconds, 1),
+        "seconds": round(total_seconds, 1),
+        "per_second": round(composed_count / total_seconds, 1),
+        "last_stage_per_second": round(stored / seconds, 1),
+        "credential_scan": "skipped" if pool else "on",
         "note": "per_second excludes the model (composed vectors): not a bulk-import figure",
     }
-    (root / "build.json").write_text(json.dumps(info, indent=2), encoding="utf-8")
-    return root
 
 
 def _known_first(known: dict[str, Any], embed: Any) -> Any:
@@ -307,6 +382,20 @@ def main() -> int:
     parser.add_argument("--model-tier", default="small")
     parser.add_argument("--rebuild", action="store_true")
     parser.add_argument(
+        "--sentences",
+        type=int,
+        default=SENTENCES,
+        help="the composed memories' sentence pool (4000 for a million: its own cache entry)",
+    )
+    parser.add_argument(
+        "--checkpoints",
+        type=int,
+        nargs="*",
+        default=[],
+        metavar="N",
+        help="sizes on the way to --composed, each cached as the build passes it",
+    )
+    parser.add_argument(
         "--composed",
         type=int,
         default=0,
@@ -322,7 +411,14 @@ def main() -> int:
         print(path, json.dumps(build_info(path)))
     if args.composed:
         base = paths[max(paths)]
-        path = composed_store(args.composed, base, args.seed, args.model_tier)
+        path = composed_store(
+            args.composed,
+            base,
+            args.seed,
+            args.model_tier,
+            sentences=args.sentences,
+            checkpoints=args.checkpoints,
+        )
         print(path, json.dumps(build_info(path)))
     return 0
 

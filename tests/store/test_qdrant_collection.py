@@ -31,7 +31,12 @@ from ferrex.core.ops.rebuild import rebuild
 from ferrex.server.calls import run_tool, store_many
 from ferrex.store.edge import EdgeIndex
 from ferrex.store.qdrant import COLLECTION, QdrantIndex
-from ferrex.store.qdrant_collection import TOKENS, ServerFeatures, collection_request
+from ferrex.store.qdrant_collection import (
+    TOKENS,
+    ServerFeatures,
+    collection_request,
+    dense_to_disk,
+)
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 NOTES = [
@@ -66,6 +71,43 @@ def test_the_request_for_a_cluster_names_shards_replicas_consistency_and_disk() 
         ]
         == 3
     )
+
+
+def test_dense_vectors_on_disk_keep_an_8_bit_copy_in_memory() -> None:
+    request = collection_request(
+        384, late_interaction=True, config=QdrantConfig(on_disk_vectors=True), cluster=False
+    )
+    dense = request["vectors_config"]["dense"]
+    assert dense.on_disk is True
+    assert isinstance(dense.quantization_config, models.ScalarQuantization)
+    scalar = dense.quantization_config.scalar
+    assert scalar.type == models.ScalarType.INT8 and scalar.always_ram is True
+    plain = collection_request(384, late_interaction=True, config=QdrantConfig(), cluster=False)
+    assert plain["vectors_config"]["dense"].quantization_config is None
+
+
+def test_an_existing_collection_moves_its_dense_vectors_to_disk_past_the_threshold(
+    make_service: ServiceFactory,
+) -> None:
+    client = QdrantClient(":memory:")
+    config = QdrantConfig(on_disk_vectors_from=3)
+    index = QdrantIndex(client, mode="local", config=config)
+    service = make_service(clock=lambda: NOW, index=index)
+    store_many(service, [{"content": n} for n in NOTES[:2]])
+    info = client.get_collection(COLLECTION)
+    assert dense_to_disk(info, config) is None  # 2 points: below the threshold
+    store_many(service, [{"content": n} for n in NOTES[2:]])
+    info = client.get_collection(COLLECTION)
+    update = dense_to_disk(info, config)
+    assert update is not None
+    diff = update["vectors_config"]["dense"]
+    assert diff.on_disk is True and isinstance(diff.quantization_config, models.ScalarQuantization)
+    assert dense_to_disk(info, QdrantConfig(on_disk_vectors_from=0)) is None  # turned off
+    # Local mode accepts the request (checking the vector's name) and has nothing to change.
+    assert client.update_collection(COLLECTION, **update) is False
+    index.ensure_collection(384, late_interaction=True)  # the open that asks for it
+    answer = run_tool(service, "recall", {"query": QUESTIONS[0]})
+    assert answer["results"]
 
 
 def test_the_sidecar_and_the_defaults_ask_for_no_cluster_settings() -> None:

@@ -27,8 +27,11 @@ class QdrantConfig(Section):
     shard_number: int | None = Field(default=None, ge=1, le=1024)
     replication_factor: int | None = Field(default=None, ge=1, le=64)
     write_consistency_factor: int | None = Field(default=None, ge=1, le=64)
-    # Dense vectors memory-mapped from disk (the token vectors always are); payload on disk.
+    # Dense vectors memory-mapped from disk (the token vectors always are), an 8-bit copy kept
+    # in RAM for search; payload on disk. An existing collection's dense vectors go to disk at
+    # the first open past ``on_disk_vectors_from`` points (0: never, unless on_disk_vectors).
     on_disk_vectors: bool = False
+    on_disk_vectors_from: int = Field(default=20_000, ge=0)
     on_disk_payload: bool = True
     # Reads: "majority" | "all" | "quorum" | a number of replicas. Writes: "weak" | "medium" |
     # "strong" (Qdrant's write ordering between replicas).

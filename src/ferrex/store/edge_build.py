@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from ferrex.store import edge_disk
+
 if TYPE_CHECKING:
     from ferrex.store.edge import EdgeIndex
 
@@ -84,6 +86,9 @@ class BackgroundOptimizer:
         self.building = True
         try:
             self.index.snapshot_for_build(target)
+            # The copy's new segments (the HNSW one) keep their dense vectors mapped from disk,
+            # like the token vectors: past this size the store's memory stays flat.
+            edge_disk.vectors_mapped(target, ("dense", edge_disk.MAPPED_ALWAYS))
             code = (
                 "import os, sys, qdrant_edge as q; os.nice(19); "
                 "s = q.EdgeShard.load(sys.argv[1]); s.optimize(); s.flush(); s.close()"

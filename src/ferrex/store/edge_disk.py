@@ -25,8 +25,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import qdrant_edge as q
 
@@ -54,6 +55,11 @@ FRESH_SHARD_BYTES = 150 * MIB
 # 2,730 dense vectors (384-d float32) or 10,810 token vectors a chunk.
 CHUNK_BYTES = 4 * MIB
 _CONFIG = "edge_config.json"
+# The token vectors (the late-interaction channel) are always mapped from disk, not read in: a
+# recall reads those of ~30-100 candidates, never the whole storage; the dense ones are mapped
+# once the store has its HNSW graph (store/edge_build.py), below that every write's duplicate
+# check scans them all.
+MAPPED_ALWAYS = "tokens"
 
 
 def free_bytes(path: Path) -> int | None:
@@ -151,6 +157,86 @@ def small_chunks(path: Path) -> int:
     return changed
 
 
+def vectors_mapped(path: Path, names: Iterable[str]) -> int:
+    """Keep the named vector storages of the shard mapped from disk, not read into memory
+    (the shard closed); how many segment storages changed.
+
+    The engine reads a ``Cached`` storage (its default) into the page cache when it opens it and
+    keeps it resident; a ``Cold`` one is mapped and paged in as searches touch it. The persisted
+    config (``edge_config.json``) gets ``"memory": "cold"`` for each name (the segments the
+    engine makes from now on, a build's included), and each existing segment's storage type
+    (``segment.json``) its mapped twin: the same files, opened without reading them in."""
+    names = set(names)
+    changed = _edit_json(path / _CONFIG, lambda data: _cold_vectors(data, names))
+    for segment in (path / "segments").glob("*/segment.json"):
+        changed += _edit_json(segment, lambda data: _mapped_storage(data, names))
+    return changed
+
+
+def config_vectors(path: Path) -> dict[str, Any]:
+    """The shard's vectors by name, as its persisted config has them (the engine's own file,
+    written at creation and again on every load); empty without one."""
+    try:
+        data = json.loads((path / _CONFIG).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    vectors = data.get("vectors") if isinstance(data, dict) else None
+    return vectors if isinstance(vectors, dict) else {}
+
+
+def mapped_vectors(path: Path) -> set[str]:
+    """The vector names the shard's persisted config keeps mapped (``vectors_mapped``)."""
+    return {
+        name
+        for name, params in config_vectors(path).items()
+        if isinstance(params, dict) and params.get("memory") == "cold"
+    }
+
+
+# A segment's vector storage type read into memory at open -> the same files mapped (the
+# engine's VectorStorageType; Memory.Cold makes the mapped ones for new segments).
+_MAPPED_TWIN = {"InRamMmap": "Mmap", "InRamChunkedMmap": "ChunkedMmap"}
+
+
+def _cold_vectors(data: Any, names: set[str]) -> bool:
+    vectors = data.get("vectors") if isinstance(data, dict) else None
+    changed = False
+    for name in names:
+        params = vectors.get(name) if isinstance(vectors, dict) else None
+        if isinstance(params, dict) and params.get("memory") != "cold":
+            params["memory"] = "cold"
+            params.pop("on_disk", None)  # the deprecated flag, which "memory" overrides
+            changed = True
+    return changed
+
+
+def _mapped_storage(data: Any, names: set[str]) -> bool:
+    config = data.get("config") if isinstance(data, dict) else None
+    vectors = config.get("vector_data") if isinstance(config, dict) else None
+    changed = False
+    for name in names:
+        params = vectors.get(name) if isinstance(vectors, dict) else None
+        kind = params.get("storage_type") if isinstance(params, dict) else None
+        if isinstance(kind, str) and kind in _MAPPED_TWIN:
+            params["storage_type"] = _MAPPED_TWIN[kind]  # type: ignore[index]
+            changed = True
+    return changed
+
+
+def _edit_json(path: Path, edit: Callable[[Any], bool]) -> int:
+    """Apply ``edit`` to a JSON file, rewritten atomically when it changed it; 1 if so."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return 0
+    if not edit(data):
+        return 0
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps(data), encoding="utf-8")
+    temporary.replace(path)
+    return 1
+
+
 def create_shard(path: Path, config: q.EdgeConfig) -> q.EdgeShard:
     """A new shard at ``path`` with small WAL segments and vector chunks.
 
@@ -178,6 +264,7 @@ def load_checked(path: Path) -> q.EdgeShard:
     tmpfs, opening faults in whole files): ``StorageSpaceError`` before it maps anything."""
     small_wal(path)
     small_chunks(path)
+    vectors_mapped(path, {MAPPED_ALWAYS} | mapped_vectors(path))
     require_backing(path, "opening the memory store")
     shard = q.EdgeShard.load(str(path))
     try:

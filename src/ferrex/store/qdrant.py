@@ -36,6 +36,7 @@ from ferrex.store.qdrant_collection import (
     TOKENS_DATATYPE,
     ServerFeatures,
     collection_request,
+    dense_to_disk,
     has_tokens,
     no_multivectors,
     read_consistency,
@@ -149,6 +150,7 @@ class QdrantIndex:
                     and not self.features.multivectors
                 ):
                     self._lacks(no_multivectors(self.features.version))  # said at every start
+                self._dense_to_disk()
                 return
             late = late_interaction and self.features.multivectors
             if late_interaction and not late:
@@ -185,6 +187,14 @@ class QdrantIndex:
                     self.client.create_payload_index(
                         self.collection, name, field_schema=models.PayloadSchemaType.INTEGER
                     )
+
+    def _dense_to_disk(self) -> None:
+        """Past ``qdrant.on_disk_vectors_from`` points, the dense vectors go to disk (checked at
+        every open; local mode accepts the change and keeps computing in memory)."""
+        update = dense_to_disk(self.client.get_collection(self.collection), self.config)
+        if update is not None:
+            self.client.update_collection(self.collection, **update)
+            log.info("qdrant: dense vectors moved to disk, an 8-bit copy kept in memory")
 
     # ------------------------------------------------------------------ writes
 

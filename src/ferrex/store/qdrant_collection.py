@@ -68,11 +68,13 @@ def collection_request(
 
     ``cluster``: an external server (``--qdrant-url``), which may be a cluster: shards, replicas
     and the write consistency factor are asked for there; the sidecar is one node."""
+    on_disk = config.on_disk_vectors
     vectors = {
         DENSE: models.VectorParams(
             size=dimension,
             distance=models.Distance.COSINE,
-            on_disk=True if config.on_disk_vectors else None,
+            on_disk=True if on_disk else None,
+            quantization_config=dense_quantization() if on_disk else None,
         )
     }
     if late_interaction:
@@ -102,6 +104,32 @@ def collection_request(
         if factor is not None:
             request["write_consistency_factor"] = factor
     return request
+
+
+def dense_quantization() -> models.ScalarQuantization:
+    """Dense vectors on disk keep an 8-bit copy in RAM (384 bytes a 384-d vector, a quarter of
+    the originals): the server searches its graph over the copy and rescores the best from disk."""
+    return models.ScalarQuantization(
+        scalar=models.ScalarQuantizationConfig(
+            type=models.ScalarType.INT8, quantile=0.99, always_ram=True
+        )
+    )
+
+
+def dense_to_disk(info: models.CollectionInfo, config: QdrantConfig) -> dict[str, Any] | None:
+    """The ``update_collection`` keyword arguments (its name apart) that move an existing
+    collection's dense vectors to disk once it holds ``qdrant.on_disk_vectors_from`` points
+    (with the 8-bit copy in RAM; the server re-optimizes its segments in the background), or
+    None: below it, already on disk, or turned off (0)."""
+    threshold = config.on_disk_vectors_from
+    vectors = info.config.params.vectors
+    dense = vectors.get(DENSE) if isinstance(vectors, dict) else None
+    if threshold <= 0 or dense is None or dense.on_disk:
+        return None
+    if (info.points_count or 0) < threshold:
+        return None
+    diff = models.VectorParamsDiff(on_disk=True, quantization_config=dense_quantization())
+    return {"vectors_config": {DENSE: diff}}
 
 
 def read_consistency(config: QdrantConfig) -> models.ReadConsistency:
