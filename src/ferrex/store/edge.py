@@ -491,6 +491,7 @@ class EdgeIndex:
         if self._shard is not None:
             with self._lock:
                 self._shard.flush()
+                self._unflushed = 0
 
     def flush_quietly(self) -> None:
         """Flush, logging a failure (e.g. a full disk): the engine's log replays what it holds."""

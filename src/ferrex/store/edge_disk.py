@@ -129,9 +129,7 @@ def small_wal(path: Path) -> None:
     if not isinstance(data, dict) or data.get("wal_options") == _WAL_OPTIONS:
         return
     data["wal_options"] = _WAL_OPTIONS
-    temporary = config_path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(data), encoding="utf-8")
-    temporary.replace(config_path)
+    _write_json(config_path, data)
 
 
 def small_chunks(path: Path) -> int:
@@ -150,10 +148,7 @@ def small_chunks(path: Path) -> int:
         if data["chunk_size_vectors"] == vectors:
             continue
         data.update(chunk_size_vectors=vectors, chunk_size_bytes=vectors * element)
-        temporary = config_path.with_name("config.json.tmp")
-        temporary.write_text(json.dumps(data), encoding="utf-8")
-        temporary.replace(config_path)
-        changed += 1
+        changed += _write_json(config_path, data)
     return changed
 
 
@@ -231,9 +226,34 @@ def _edit_json(path: Path, edit: Callable[[Any], bool]) -> int:
         return 0
     if not edit(data):
         return 0
+    return _write_json(path, data)
+
+
+def _write_json(path: Path, data: Any) -> int:
+    """Replace one of the engine's JSON files, durably: the new text written and synced
+    beside it, renamed over it, the directory synced (a crash leaves the old file or the new,
+    never an empty one). 1 when written; 0 when the disk refused (a full disk: the file stays
+    as it was, and the edit is made at a later open)."""
     temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(data), encoding="utf-8")
-    temporary.replace(path)
+    try:
+        with open(temporary, "w", encoding="utf-8") as handle:
+            handle.write(json.dumps(data))
+            handle.flush()
+            os.fsync(handle.fileno())
+        temporary.replace(path)
+    except OSError:
+        temporary.unlink(missing_ok=True)
+        return 0
+    try:
+        directory = os.open(path.parent, os.O_RDONLY)
+    except OSError:
+        return 1
+    try:
+        os.fsync(directory)
+    except OSError:
+        pass  # some file systems cannot sync a directory; the rename stands
+    finally:
+        os.close(directory)
     return 1
 
 

@@ -190,11 +190,16 @@ class QdrantIndex:
 
     def _dense_to_disk(self) -> None:
         """Past ``qdrant.on_disk_vectors_from`` points, the dense vectors go to disk (checked at
-        every open; local mode accepts the change and keeps computing in memory)."""
-        update = dense_to_disk(self.client.get_collection(self.collection), self.config)
-        if update is not None:
-            self.client.update_collection(self.collection, **update)
-            log.info("qdrant: dense vectors moved to disk, an 8-bit copy kept in memory")
+        every open; local mode accepts the change and keeps computing in memory). A server that
+        refuses it (an old version, a key without the right) is said once, like any limitation,
+        and the store opens as it was: this saves memory, it decides nothing."""
+        try:
+            update = dense_to_disk(self.client.get_collection(self.collection), self.config)
+            if update is not None:
+                self.client.update_collection(self.collection, **update)
+                log.info("qdrant: dense vectors moved to disk, an 8-bit copy kept in memory")
+        except Exception as exc:  # the client raises its own, httpx's and grpc's errors
+            self._lacks(f"dense vectors stay in memory: the server refused ({_first_line(exc)})")
 
     # ------------------------------------------------------------------ writes
 

@@ -32,28 +32,41 @@ AnswerType = Literal["place", "person", "time", "quantity", "procedure"]
 # relevant.
 LIFTS_FROM = 0.5
 
-# The question's type: the first of these its words match (in this order: "where" before
-# "when" in "when and where": a place is the rarer answer). Lowercased text.
+# Where a question word opens what is asked: the question's start, a clause's (after a comma,
+# "and", "but"...), or after "me" / "know" / "remember"... ("remind me who owns billing"); not a
+# relative clause ("the notes where...", "the person who set it up", "rotate keys when they
+# expire").
+_OPENS = (
+    r"(?:^|[,;:(]\s*|\b(?:and|or|but|so|then|me|us|know|wonder|wondering|remember|recall"
+    r"|forgot|sure|tell)\s+)"
+)
+
+# The question's type: the first of these its words match. A how-to question first ("how do I
+# rotate the keys when they expire?" asks for the procedure, not a time); then "where" before
+# "when" in "when and where" (a place is the rarer answer). Lowercased text, ’ as '.
 _ASKS: tuple[tuple[AnswerType, re.Pattern[str]], ...] = (
-    ("place", re.compile(r"\bwhere\b")),
-    ("person", re.compile(r"\b(?:who|whom|whose)\b")),
-    ("time", re.compile(r"\b(?:when|what date|which date|what day|which day|what time)\b")),
-    ("quantity", re.compile(r"\bhow (?:many|much|long|big|large|old|fast|often)\b")),
     (
         "procedure",
         re.compile(
-            r"\bhow (?:do|can|should|would|could) (?:i|we|you|one)\b|\bhow to\b|"
-            r"\bwalk me through\b|\bsteps? (?:to|for)\b|"
+            r"\bhow (?:do|does|can|should|would|could|will) (?:i|we|you|one|they|someone)\b|"
+            r"\bhow to\b|\bwalk me through\b|\bsteps? (?:to|for)\b|"
             r"\bwhat(?:'s| is| are) the (?:process|procedure|steps)\b|\bchecklist\b|"
             r"\bwhat (?:do|should|must) (?:i|we) do\b|\bwhat has to happen\b"
         ),
     ),
+    ("place", re.compile(_OPENS + r"where\b")),
+    ("person", re.compile(_OPENS + r"(?:who|whom|whose)\b")),
+    (
+        "time",
+        re.compile(_OPENS + r"when\b|\b(?:what|which) (?:date|day|time)\b|\bby what date\b"),
+    ),
+    ("quantity", re.compile(r"\bhow (?:many|much|long|big|large|old|fast|often)\b")),
 )
 
-_MONTH = (
-    r"january|february|march|april|june|july|august|september|october|november|december|"
-    r"jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec"
-)
+_MONTH = r"january|february|march|april|june|july|august|september|october|november|december"
+# An abbreviated month counts beside a day number ("Jan 5", "5 Sep"), never alone: "Jan
+# Kowalski" is a person.
+_MONTH_SHORT = r"jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec"
 _WEEKDAY = r"monday|tuesday|wednesday|thursday|friday|saturday|sunday"
 
 
@@ -62,43 +75,49 @@ def _words(text: str) -> list[str]:
 
 
 # What a fact holds: its predicate's words (lowercased, split at "_", "-" and spaces) or its
-# object. Whole words, or the stems listed: "written_in" is not a place, "delivery" not "live".
+# object. Whole words, the stems listed, or the last word: "written_in" is not a place,
+# "story_points" not "stored", "replaced_by" a person but not "lead_time", "back_end" no time.
 _PLACE_WORDS = frozenset(
     _words(
-        "live lives kept path dir directory folder room site address region bucket url "
-        "where office building repo repository server zone city country"
+        "store stored stores storage lives kept path dir directory folder room site address "
+        "region bucket url where office building server zone city country"
     )
 )
-_PLACE_STEMS = ("stor", "locat", "host", "mount")
+_PLACE_STEMS = ("locat", "host", "mount")
 _PERSON_WORDS = frozenset(
     _words(
-        "by owner owners manager lead maintainer maintainers contact head chair admin "
-        "administrator director supervisor advisor adviser assignee reviewer author pi "
-        "responsible oncall"
+        "owner owners manager maintainer maintainers contact head chair admin administrator "
+        "director supervisor advisor adviser assignee reviewer author pi responsible oncall"
     )
 )
 _PERSON_STEMS = ("maintain",)
+_PERSON_LAST = frozenset(_words("by lead"))  # owned_by, team_lead
 _TIME_WORDS = frozenset(
     _words(
-        "date dates deadline when day time schedule scheduled expires expiry end ends "
-        "start starts until due since sunset eol"
+        "date dates deadline when day time schedule scheduled expires expiry ends starts "
+        "until due since sunset eol"
     )
 )
 _TIME_STEMS = ("expir", "schedul")
 _PLACE_OBJECT = re.compile(r"(?:^|\s)~?/\w|\w+://|\broom\s+\w*\d", re.IGNORECASE)
-# A name and nothing else ("Daniel Osei", "Priya R. Nair"), or a team.
-_PERSON_OBJECT = re.compile(r"^(?:[A-Z][\w'.-]*\s+){1,3}[A-Z][\w'.-]*$|\b[Tt]eam\b")
+# A name and nothing else ("Daniel Osei", "Priya R. Nair"; not "AWS S3" nor "Google Cloud
+# Storage"), or a team.
+_NAME = r"[A-Z][a-z]+(?:[-'][A-Za-z]+)?"
+_PERSON_OBJECT = re.compile(rf"^{_NAME}(?:\s+[A-Z]\.)?\s+{_NAME}$|\b[Tt]eam\b")
 _TIME_OBJECT = re.compile(
-    rf"\d{{4}}-\d\d-\d\d|\b(?:{_MONTH})\b|\b(?:{_WEEKDAY})s?\b|\b\d{{1,2}}(?::\d\d)?\s?(?:am|pm)\b",
+    rf"\d{{4}}-\d\d-\d\d|\b(?:{_MONTH})\b|\b(?:{_WEEKDAY})s?\b"
+    rf"|\b(?:{_MONTH_SHORT})\.?\s+\d|\b\d{{1,2}}\s+(?:{_MONTH_SHORT})\b"
+    r"|\b\d{1,2}(?::\d\d)?\s?(?:am|pm)\b",
     re.IGNORECASE,
 )
-_DIGIT = re.compile(r"\d")
+# A number, not a digit inside a name ("v2", "S3").
+_NUMBER = re.compile(r"(?<![A-Za-z.])\d")
 _SEPARATORS = re.compile(r"[\s_\-]+")
 
 
 def asked_for(query: str) -> AnswerType | None:
-    """The kind of answer a question asks for (None: not one of the four, or not English)."""
-    text = query.lower()
+    """The kind of answer a question asks for (None: none of the five, or not English)."""
+    text = query.lower().replace("\u2019", "'")
     for kind, pattern in _ASKS:
         if pattern.search(text):
             return kind
@@ -117,10 +136,14 @@ def holds(memory: Memory, kind: AnswerType) -> bool:
     if kind == "place":
         return _names(words, _PLACE_WORDS, _PLACE_STEMS) or bool(_PLACE_OBJECT.search(value))
     if kind == "person":
-        return _names(words, _PERSON_WORDS, _PERSON_STEMS) or bool(_PERSON_OBJECT.search(value))
+        return (
+            _names(words, _PERSON_WORDS, _PERSON_STEMS)
+            or words[-1] in _PERSON_LAST
+            or bool(_PERSON_OBJECT.search(value))
+        )
     if kind == "time":
         return _names(words, _TIME_WORDS, _TIME_STEMS) or bool(_TIME_OBJECT.search(value))
-    return bool(_DIGIT.search(value))
+    return bool(_NUMBER.search(value))
 
 
 def _names(words: list[str], whole: frozenset[str], stems: tuple[str, ...]) -> bool:

@@ -12,7 +12,7 @@ from ferrex.config.core import CoreSettings
 from ferrex.core.lifecycle.staleness import STALE, Freshness, assess, effective_confidence
 from ferrex.core.memory import Memory, MemoryType
 from ferrex.core.ports import MemoryRows
-from ferrex.core.recall.answer_type import AnswerType, bonus
+from ferrex.core.recall.answer_type import LIFTS_FROM, AnswerType, bonus
 from ferrex.core.recall.filters import Scope
 from ferrex.core.recall.formulas import Candidate, logit, sigmoid
 from ferrex.core.recall.records import Scored
@@ -76,15 +76,18 @@ def admit(
     """Candidates arrive by relevance (score fusion, no cross-encoder): one under the floor
     is never returned, nor one whose relevance's log-odds are more than the recency ``margin``
     under its ``limit``-th candidate's (no boost can lift it past that one: core/recall/formulas.py
-    ``order_key``). Rows are read and assessed only up to there (``prunable``). A fact read
-    that holds the answer type the question asks for (``asked``) gains
-    ``retrieval.answer_type_bonus`` logits of relevance (answer_type.py): among the candidates
-    read, so it costs no row more; the bound keeps comparing relevance as it arrived."""
+    ``order_key``). Rows are read and assessed only up to there (``prunable``). A memory that
+    holds the answer type the question asks for (``asked``) and is at least ``LIFTS_FROM``
+    relevant gains ``retrieval.answer_type_bonus`` logits of relevance (answer_type.py): for
+    a typed question the bound allows for that lift too while candidates are that relevant, so
+    what comes first never depends on ``limit``; it keeps comparing relevance as it
+    arrived."""
     page = Page()
     rows = _Rows(meta, entries, page.rows, limit + 8)
     lift = settings.retrieval.answer_type_bonus if asked is not None else 0.0
     for rank, record in enumerate(entries, start=1):
-        verdict = _pruned(record, page, limit, floor, margin) if prunable else None
+        reach = margin + (lift if record.relevance >= LIFTS_FROM else 0.0)
+        verdict = _pruned(record, page, limit, floor, reach) if prunable else None
         if verdict == "stop":
             break
         if verdict == "skip":
