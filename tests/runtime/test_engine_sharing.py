@@ -23,6 +23,7 @@ import anyio
 import pytest
 from mcp import Client
 from tests.support.harness import call, logged_client, mcp_client
+from tests.support.sentences import FINDINGS
 
 pytestmark = pytest.mark.anyio
 
@@ -298,24 +299,7 @@ async def test_four_clients_mixed_calls_no_errors_no_lost_writes(
     each storing, recalling, reading stats and forgetting concurrently: no call errs and every
     acknowledged write is there at the end (and every forgotten one gone)."""
     data_dir = tmp_path / "data"
-    topics = [
-        "the billing cron moved to 02:00 UTC after the March outage",
-        "Postgres autovacuum was tuned on the orders table",
-        "the iOS app crashes when the camera permission is revoked",
-        "Kafka consumer lag alerts page the platform team",
-        "the staging cluster runs Kubernetes 1.29",
-        "Grafana dashboards live in the observability repository",
-        "the search service caches embeddings in Redis for a day",
-        "our SLA for the public API is 99.9 percent monthly",
-        "Terraform state is stored in an encrypted S3 bucket",
-        "the design system uses Tailwind with a custom palette",
-        "invoices are generated as PDFs by a Go worker",
-        "the mobile release train ships every second Thursday",
-        "feature flags are managed with LaunchDarkly",
-        "the data warehouse nightly load takes about forty minutes",
-        "customer support uses Zendesk macros for refunds",
-        "TLS certificates renew automatically through cert-manager",
-    ]
+    topics = FINDINGS[:16]
     kept: list[tuple[str, str]] = []
     forgotten: list[tuple[str, str]] = []
     failures: list[str] = []

@@ -25,32 +25,10 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from tests.support.harness import ferrex_command, ok
+from tests.support.sentences import FINDINGS
 
 pytestmark = pytest.mark.anyio
 TOKEN = "team-token-0123456789abcdef"
-# Twenty unrelated findings (no two are near-duplicates), five per agent.
-FINDINGS = [
-    "the billing cron moved to 02:00 UTC after the March outage",
-    "Postgres autovacuum was tuned on the orders table",
-    "the iOS app crashes when the camera permission is revoked",
-    "Kafka consumer lag alerts page the platform team",
-    "the staging cluster runs Kubernetes 1.29",
-    "Grafana dashboards live in the observability repository",
-    "the search service caches embeddings in Redis for a day",
-    "our SLA for the public API is 99.9 percent monthly",
-    "Terraform state is stored in an encrypted S3 bucket",
-    "the design system uses Tailwind with a custom palette",
-    "invoices are generated as PDFs by a Go worker",
-    "the mobile release train ships every second Thursday",
-    "feature flags are managed with LaunchDarkly",
-    "the data warehouse nightly load takes about forty minutes",
-    "customer support uses Zendesk macros for refunds",
-    "TLS certificates renew automatically through cert-manager",
-    "the recommendation model is retrained weekly on Sundays",
-    "load tests run with k6 against the pre-production stack",
-    "the on-call rotation hands over on Monday mornings",
-    "image uploads are resized by a Lambda function",
-]
 
 
 @pytest.fixture
