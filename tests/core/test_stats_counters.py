@@ -205,7 +205,7 @@ def test_a_store_from_before_the_counters_gets_them_on_open(
     raw.close()
     reopened = SqliteStore(path)
     try:
-        assert reopened.schema_version == SCHEMA_VERSION == 3
+        assert reopened.schema_version == SCHEMA_VERSION == 4
         counts = reopened.memory_counts("default")
         assert sum(c.n for c in counts) == expected["total"]
         buckets = reopened.review_buckets("default")

@@ -117,6 +117,9 @@ class RetrievalConfig(Section):
     # Logits of relevance a fact gains when it holds the kind of answer the question asks for
     # (where / who / when / how many: core/recall/answer_type.py); 0 turns it off.
     answer_type_bonus: float = Field(default=2.0, ge=0, le=10)
+    # Logits of relevance a current fact that superseded an earlier value gains when the
+    # question asks for the present state ("now", "these days": core/recall/current_state.py).
+    current_state_bonus: float = Field(default=3.0, ge=0, le=10)
     hnsw_ef: int = Field(default=128, ge=4, le=4096)
     # Embedded engine: build the dense HNSW index in a background process once this many
     # vectors lack it (0: never; brute-force search, exact, slower past ~20k memories).

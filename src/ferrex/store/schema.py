@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 MIGRATIONS: dict[int, str] = {
     1: """
@@ -245,5 +245,11 @@ MIGRATIONS: dict[int, str] = {
         created_at TEXT NOT NULL
     ) WITHOUT ROWID;
     CREATE INDEX idx_call_keys_created ON call_keys (created_at);
+    """,
+    4: """
+    -- Which facts superseded an earlier value (recall's current-state rule; forget's
+    -- predecessors): only the rows that were superseded are in it.
+    CREATE INDEX idx_memories_superseded_by ON memories (superseded_by)
+        WHERE superseded_by IS NOT NULL;
     """,
 }

@@ -64,6 +64,20 @@ class MemoryRows(SqliteRows):
         self._attach_entities(out)
         return out
 
+    def superseding(self, memory_ids: Sequence[str]) -> set[str]:
+        """Which of ``memory_ids`` superseded another memory (idx_memories_superseded_by)."""
+        out: set[str] = set()
+        for chunk in in_chunks(list(dict.fromkeys(memory_ids))):
+            marks = ",".join("?" * len(chunk))
+            out.update(
+                row["superseded_by"]
+                for row in self._q(
+                    f"SELECT DISTINCT superseded_by FROM memories WHERE superseded_by IN ({marks})",
+                    chunk,
+                )
+            )
+        return out
+
     def _attach_entities(self, memories: dict[str, Memory]) -> None:
         ids = list(memories)
         for chunk in in_chunks(ids):

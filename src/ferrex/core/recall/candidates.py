@@ -12,6 +12,7 @@ from ferrex.config.core import CoreSettings
 from ferrex.core.lifecycle.staleness import STALE, Freshness, assess, effective_confidence
 from ferrex.core.memory import Memory, MemoryType
 from ferrex.core.ports import MemoryRows
+from ferrex.core.recall import current_state
 from ferrex.core.recall.answer_type import LIFTS_FROM, AnswerType, bonus
 from ferrex.core.recall.filters import Scope
 from ferrex.core.recall.formulas import Candidate, logit, sigmoid
@@ -37,24 +38,37 @@ class Page:
 
 class _Rows:
     """The candidates' rows, read in chunks (``limit + 8`` first, then twice as many each time)
-    from the first not read yet; all at once when nothing is pruned."""
+    from the first not read yet; all at once when nothing is pruned. For a question about the
+    present state, also which of the facts read superseded an earlier value (``changed``)."""
 
     def __init__(
-        self, meta: MemoryRows, entries: list[Scored], rows: dict[str, Memory], chunk: int
+        self,
+        meta: MemoryRows,
+        entries: list[Scored],
+        rows: dict[str, Memory],
+        chunk: int,
+        *,
+        current: bool,
     ) -> None:
         self.meta = meta
         self.entries = entries
         self.rows = rows
         self.chunk = chunk
+        self.current = current
         self.fetched: set[str] = set()
+        self.changed: set[str] = set()
 
     def row(self, rank: int, prunable: bool) -> Memory | None:
         memory_id = self.entries[rank - 1].memory_id
         if memory_id not in self.fetched:
             span = self.entries[rank - 1 : rank - 1 + self.chunk] if prunable else self.entries
             wanted = [e.memory_id for e in span if e.memory_id not in self.fetched]
-            self.rows.update(self.meta.get_memories(wanted))
+            read = self.meta.get_memories(wanted)
+            self.rows.update(read)
             self.fetched.update(wanted)
+            if self.current:
+                facts = [i for i, m in read.items() if m.type is MemoryType.SEMANTIC]
+                self.changed.update(self.meta.superseding(facts) if facts else ())
             self.chunk *= 2
         return self.rows.get(memory_id)
 
@@ -72,21 +86,28 @@ def admit(
     prunable: bool,
     now: datetime,
     asked: AnswerType | None = None,
+    current: bool = False,
 ) -> Page:
     """Candidates arrive by relevance (score fusion, no cross-encoder): one under the floor
     is never returned, nor one whose relevance's log-odds are more than the recency ``margin``
     under its ``limit``-th candidate's (no boost can lift it past that one: core/recall/formulas.py
     ``order_key``). Rows are read and assessed only up to there (``prunable``). A memory that
     holds the answer type the question asks for (``asked``) and is at least ``LIFTS_FROM``
-    relevant gains ``retrieval.answer_type_bonus`` logits of relevance (answer_type.py): for
-    a typed question the bound allows for that lift too while candidates are that relevant, so
-    what comes first never depends on ``limit``; it keeps comparing relevance as it
-    arrived."""
+    relevant gains ``retrieval.answer_type_bonus`` logits of relevance (answer_type.py); for a
+    question about the present state (``current``), a fact that superseded an earlier value
+    gains ``retrieval.current_state_bonus`` (current_state.py). The bound allows for those lifts
+    too while candidates are that relevant, so what comes first never depends on ``limit``; it
+    keeps comparing relevance as it arrived."""
     page = Page()
-    rows = _Rows(meta, entries, page.rows, limit + 8)
-    lift = settings.retrieval.answer_type_bonus if asked is not None else 0.0
+    rows = _Rows(meta, entries, page.rows, limit + 8, current=current)
+    cfg = settings.retrieval
+    lifts = _Lifts(
+        asked,
+        cfg.answer_type_bonus if asked is not None else 0.0,
+        cfg.current_state_bonus if current else 0.0,
+    )
     for rank, record in enumerate(entries, start=1):
-        reach = margin + (lift if record.relevance >= LIFTS_FROM else 0.0)
+        reach = margin + lifts.reach(record.relevance)
         verdict = _pruned(record, page, limit, floor, reach) if prunable else None
         if verdict == "stop":
             break
@@ -97,11 +118,7 @@ def admit(
             continue
         fresh = assess(memory, now, settings.staleness)
         candidate = _candidate(record, rank, request.explain)
-        gained = bonus(memory, record.relevance, asked, lift)
-        if gained:
-            candidate.relevance = sigmoid(logit(candidate.relevance) + gained)
-            if request.explain:
-                candidate.extra["answer_type"] = asked
+        lifts.apply(candidate, memory, record.memory_id in rows.changed, request.explain)
         if fresh.staleness == STALE and not request.include_stale:
             page.stale.append(candidate)
             continue
@@ -109,6 +126,33 @@ def admit(
         page.candidates.append(candidate)
         page.arrived.append(record.relevance)
     return page
+
+
+@dataclass
+class _Lifts:
+    """The question's lifts: the answer type it asks for (``typed`` logits) and, for a question
+    about the present state, a fact that superseded an earlier value (``changed`` logits)."""
+
+    asked: AnswerType | None
+    typed: float
+    changed: float
+
+    def reach(self, relevance: float) -> float:
+        """The most a candidate of ``relevance`` can gain (what the pruning bound allows)."""
+        gain = self.typed if relevance >= LIFTS_FROM else 0.0
+        return gain + (self.changed if relevance >= current_state.LIFTS_FROM else 0.0)
+
+    def apply(self, candidate: Candidate, memory: Memory, changed: bool, explain: bool) -> None:
+        """Lift ``candidate``'s relevance by what its memory earns (marked for ``explain``)."""
+        typed = bonus(memory, candidate.relevance, self.asked, self.typed)
+        now = current_state.bonus(memory, candidate.relevance, changed, self.changed)
+        if not typed and not now:
+            return
+        candidate.relevance = sigmoid(logit(candidate.relevance) + typed + now)
+        if explain and typed:
+            candidate.extra["answer_type"] = self.asked
+        if explain and now:
+            candidate.extra["current_state"] = True
 
 
 def _pruned(

@@ -20,6 +20,7 @@ from ferrex.core.recall.candidates import Page, admit, hit_of
 from ferrex.core.recall.channels import Channels, fetch
 from ferrex.core.recall.context import NeighbourCredit
 from ferrex.core.recall.contradictions import flag, join_partners
+from ferrex.core.recall.current_state import asks_current
 from ferrex.core.recall.evidence import complete
 from ferrex.core.recall.filters import Scope, cache_params, scope_of
 from ferrex.core.recall.gate import answer_gate, floor_of, held_back, no_results
@@ -76,6 +77,8 @@ class Recall:
             prunable=not reranks and cfg.mode == "hybrid" and cfg.fusion == "relevance",
             now=now,
             asked=asked_for(request.query),
+            current=cfg.current_state_bonus > 0
+            and asks_current(request.query, historical=request.as_of is not None),
         )
         boost = booster(self.settings, page.rows, now)
         rerank = reranker(self.deps, request.query, page.rows, retrieved)
