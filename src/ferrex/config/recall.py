@@ -120,6 +120,9 @@ class RetrievalConfig(Section):
     # Logits of relevance a current fact that superseded an earlier value gains when the
     # question asks for the present state ("now", "these days": core/recall/current_state.py).
     current_state_bonus: float = Field(default=3.0, ge=0, le=10)
+    # Logits of relevance an event gains when it happened in the period the question names
+    # ("in early July", "in October 2023", "last week": core/recall/period.py).
+    named_period_bonus: float = Field(default=2.0, ge=0, le=10)
     hnsw_ef: int = Field(default=128, ge=4, le=4096)
     # Embedded engine: build the dense HNSW index in a background process once this many
     # vectors lack it (0: never; brute-force search, exact, slower past ~20k memories).

@@ -12,8 +12,9 @@ from ferrex.config.core import CoreSettings
 from ferrex.core.lifecycle.staleness import STALE, Freshness, assess, effective_confidence
 from ferrex.core.memory import Memory, MemoryType
 from ferrex.core.ports import MemoryRows
-from ferrex.core.recall import current_state
-from ferrex.core.recall.answer_type import LIFTS_FROM, AnswerType, bonus
+from ferrex.core.recall import current_state, period
+from ferrex.core.recall.answer_type import LIFTS_FROM, AnswerType, asked_for, bonus
+from ferrex.core.recall.current_state import asks_current
 from ferrex.core.recall.filters import Scope
 from ferrex.core.recall.formulas import Candidate, logit, sigmoid
 from ferrex.core.recall.records import Scored
@@ -85,27 +86,20 @@ def admit(
     margin: float,
     prunable: bool,
     now: datetime,
-    asked: AnswerType | None = None,
-    current: bool = False,
+    lifts: Lifts | None = None,
 ) -> Page:
     """Candidates arrive by relevance (score fusion, no cross-encoder): one under the floor
     is never returned, nor one whose relevance's log-odds are more than the recency ``margin``
     under its ``limit``-th candidate's (no boost can lift it past that one: core/recall/formulas.py
     ``order_key``). Rows are read and assessed only up to there (``prunable``). A memory that
     holds the answer type the question asks for (``asked``) and is at least ``LIFTS_FROM``
-    relevant gains ``retrieval.answer_type_bonus`` logits of relevance (answer_type.py); for a
-    question about the present state (``current``), a fact that superseded an earlier value
-    gains ``retrieval.current_state_bonus`` (current_state.py). The bound allows for those lifts
+    relevant gains ``retrieval.answer_type_bonus`` logits of relevance (answer_type.py), and so
+    on for the question's other ``lifts`` (``Lifts``). The bound allows for those lifts
     too while candidates are that relevant, so what comes first never depends on ``limit``; it
     keeps comparing relevance as it arrived."""
     page = Page()
-    rows = _Rows(meta, entries, page.rows, limit + 8, current=current)
-    cfg = settings.retrieval
-    lifts = _Lifts(
-        asked,
-        cfg.answer_type_bonus if asked is not None else 0.0,
-        cfg.current_state_bonus if current else 0.0,
-    )
+    lifts = lifts or Lifts()
+    rows = _Rows(meta, entries, page.rows, limit + 8, current=lifts.changed > 0)
     for rank, record in enumerate(entries, start=1):
         reach = margin + lifts.reach(record.relevance)
         verdict = _pruned(record, page, limit, floor, reach) if prunable else None
@@ -128,31 +122,60 @@ def admit(
     return page
 
 
-@dataclass
-class _Lifts:
-    """The question's lifts: the answer type it asks for (``typed`` logits) and, for a question
-    about the present state, a fact that superseded an earlier value (``changed`` logits)."""
+@dataclass(frozen=True)
+class Lifts:
+    """What the question's words lift: the answer type it asks for (``typed`` logits,
+    answer_type.py); for a question about the present state, a current fact that superseded an
+    earlier value (``changed`` logits, current_state.py); for a question that names a period,
+    an event of that period (``dated`` logits, period.py). None of them with a cross-encoder's
+    order or RRF fusion: they raise the relevance shown, not the order."""
 
-    asked: AnswerType | None
-    typed: float
-    changed: float
+    asked: AnswerType | None = None
+    typed: float = 0.0
+    changed: float = 0.0
+    named: period.Period | None = None
+    dated: float = 0.0
+
+    @classmethod
+    def of(cls, settings: CoreSettings, request: RecallRequest, now: datetime) -> Lifts:
+        """The lifts ``request``'s question earns (none of the time ones with ``as_of``; no
+        named period with ``time_range``: the request already says when)."""
+        cfg = settings.retrieval
+        asked = asked_for(request.query)
+        historical = request.as_of is not None
+        current = cfg.current_state_bonus > 0 and asks_current(request.query, historical=historical)
+        named = None
+        if cfg.named_period_bonus > 0 and not historical and request.time_range is None:
+            named = period.named_period(request.query, now)
+        return cls(
+            asked,
+            cfg.answer_type_bonus if asked is not None else 0.0,
+            cfg.current_state_bonus if current else 0.0,
+            named,
+            cfg.named_period_bonus if named is not None else 0.0,
+        )
 
     def reach(self, relevance: float) -> float:
         """The most a candidate of ``relevance`` can gain (what the pruning bound allows)."""
         gain = self.typed if relevance >= LIFTS_FROM else 0.0
-        return gain + (self.changed if relevance >= current_state.LIFTS_FROM else 0.0)
+        gain += self.changed if relevance >= current_state.LIFTS_FROM else 0.0
+        return gain + (self.dated if relevance >= period.LIFTS_FROM else 0.0)
 
     def apply(self, candidate: Candidate, memory: Memory, changed: bool, explain: bool) -> None:
         """Lift ``candidate``'s relevance by what its memory earns (marked for ``explain``)."""
-        typed = bonus(memory, candidate.relevance, self.asked, self.typed)
-        now = current_state.bonus(memory, candidate.relevance, changed, self.changed)
-        if not typed and not now:
+        relevance = candidate.relevance
+        typed = bonus(memory, relevance, self.asked, self.typed)
+        now = current_state.bonus(memory, relevance, changed, self.changed)
+        dated = period.bonus(memory, relevance, self.named, self.dated)
+        if not (typed or now or dated):
             return
-        candidate.relevance = sigmoid(logit(candidate.relevance) + typed + now)
+        candidate.relevance = sigmoid(logit(relevance) + typed + now + dated)
         if explain and typed:
             candidate.extra["answer_type"] = self.asked
         if explain and now:
             candidate.extra["current_state"] = True
+        if explain and dated:
+            candidate.extra["named_period"] = True
 
 
 def _pruned(

@@ -14,13 +14,11 @@ from ferrex.core.deps import Deps
 from ferrex.core.errors import FerrexError
 from ferrex.core.index.late_interaction import ContentWords, query_tokens
 from ferrex.core.ports import IndexFilter, Vector
-from ferrex.core.recall.answer_type import asked_for
 from ferrex.core.recall.budget import Fitted, fit
-from ferrex.core.recall.candidates import Page, admit, hit_of
+from ferrex.core.recall.candidates import Lifts, Page, admit, hit_of
 from ferrex.core.recall.channels import Channels, fetch
 from ferrex.core.recall.context import NeighbourCredit
 from ferrex.core.recall.contradictions import flag, join_partners
-from ferrex.core.recall.current_state import asks_current
 from ferrex.core.recall.evidence import complete
 from ferrex.core.recall.filters import Scope, cache_params, scope_of
 from ferrex.core.recall.gate import answer_gate, floor_of, held_back, no_results
@@ -76,9 +74,7 @@ class Recall:
             margin=cfg.recency_margin,
             prunable=not reranks and cfg.mode == "hybrid" and cfg.fusion == "relevance",
             now=now,
-            asked=asked_for(request.query),
-            current=cfg.current_state_bonus > 0
-            and asks_current(request.query, historical=request.as_of is not None),
+            lifts=Lifts.of(self.settings, request, now),
         )
         boost = booster(self.settings, page.rows, now)
         rerank = reranker(self.deps, request.query, page.rows, retrieved)
