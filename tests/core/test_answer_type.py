@@ -128,6 +128,27 @@ def test_what_a_fact_holds(predicate: str, obj: str, kinds: set[str]) -> None:
     assert found == kinds
 
 
+@pytest.mark.parametrize(
+    ("subject", "predicate", "person"),
+    [
+        # What a person is answers "who ...?": the subject is the person asked for.
+        ("Harriet Pryce", "role", True),
+        ("Harriet Pryce", "job_title", True),
+        ("Priya R. Nair", "position", True),
+        # Near misses: not a person's name, or not what the person is.
+        ("billing API", "role", False),
+        ("AWS S3", "role", False),
+        ("Harriet Pryce", "prefers", False),
+        ("Harriet Pryce", "rolex_model", False),
+    ],
+)
+def test_what_a_person_is_answers_who(subject: str, predicate: str, person: bool) -> None:
+    memory = replace(
+        fact(predicate, "accountant who files our quarterly VAT returns"), subject=subject
+    )
+    assert holds(memory, "person") is person
+
+
 def test_what_gains_and_from_which_relevance() -> None:
     stored = fact("stored_at", "/data/reefcap")
     assert bonus(stored, 0.5, "place", 2.0) == 2.0  # LIFTS_FROM itself

@@ -103,7 +103,12 @@ _PLACE_OBJECT = re.compile(r"(?:^|\s)~?/\w|\w+://|\broom\s+\w*\d", re.IGNORECASE
 # A name and nothing else ("Daniel Osei", "Priya R. Nair"; not "AWS S3" nor "Google Cloud
 # Storage"), or a team.
 _NAME = r"[A-Z][a-z]+(?:[-'][A-Za-z]+)?"
-_PERSON_OBJECT = re.compile(rf"^{_NAME}(?:\s+[A-Z]\.)?\s+{_NAME}$|\b[Tt]eam\b")
+_PERSON_NAME = rf"^{_NAME}(?:\s+[A-Z]\.)?\s+{_NAME}$"
+_PERSON_OBJECT = re.compile(rf"{_PERSON_NAME}|\b[Tt]eam\b")
+# A fact about a person that says what they are ("Harriet Pryce role accountant who files our
+# VAT returns") answers "who does our taxes?": its subject is the person asked for.
+_PERSON_SUBJECT = re.compile(_PERSON_NAME)
+_ROLE_WORDS = frozenset(_words("role job title position occupation profession"))
 _TIME_OBJECT = re.compile(
     rf"\d{{4}}-\d\d-\d\d|\b(?:{_MONTH})\b|\b(?:{_WEEKDAY})s?\b"
     rf"|\b(?:{_MONTH_SHORT})\.?\s+\d|\b\d{{1,2}}\s+(?:{_MONTH_SHORT})\b"
@@ -140,10 +145,15 @@ def holds(memory: Memory, kind: AnswerType) -> bool:
             _names(words, _PERSON_WORDS, _PERSON_STEMS)
             or words[-1] in _PERSON_LAST
             or bool(_PERSON_OBJECT.search(value))
+            or (_names(words, _ROLE_WORDS, ()) and _is_person(memory.subject))
         )
     if kind == "time":
         return _names(words, _TIME_WORDS, _TIME_STEMS) or bool(_TIME_OBJECT.search(value))
     return bool(_NUMBER.search(value))
+
+
+def _is_person(subject: str | None) -> bool:
+    return bool(subject and _PERSON_SUBJECT.search(subject.strip()))
 
 
 def _names(words: list[str], whole: frozenset[str], stems: tuple[str, ...]) -> bool:
