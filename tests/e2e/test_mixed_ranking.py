@@ -4,7 +4,8 @@ a real MCP stdio client at the shipped defaults (issue 35).
 Two stores written for these tests, before and apart from the ranking they check
 (``tests/data/``): ``mixed_small.json`` (the first two weeks of a solo developer's assistant,
 20 memories) and ``mixed_team.json`` (three months of a 12-person team's assistant, 147
-memories). Each memory is stored through ``store`` in order, events with their ``timestamp``;
+memories), and two written blind by a helper who had not seen the ranking code
+(``mixed_studio.json``, ``mixed_home.json``). Each memory is stored through ``store`` in order, events with their ``timestamp``;
 the dates are moved so that the set's ``now`` is today (what an event's age means does not drift
 with the calendar). The rules checked: an exact fact above a loosely matching fresh event; the
 current value of an updated fact above its superseded one (never returned by default) and above
@@ -156,17 +157,23 @@ async def test_a_team_store_of_three_months_ranks_the_answer_first(
         assert hits["current"] >= 8 and hits["howto"] >= 7 and hits["fact"] >= 9, hits
 
 
+@pytest.mark.parametrize(
+    ("name", "answered", "current"),
+    [("mixed_studio.json", 22, 5), ("mixed_home.json", 25, 6)],
+)
 async def test_a_store_written_blind_answers_now_questions_with_the_current_value(
-    tmp_path: Path, models_dir: Path
+    tmp_path: Path, models_dir: Path, name: str, answered: int, current: int
 ) -> None:
-    """``mixed_studio.json`` (a game studio's assistant: 90 memories, 6 updated facts, 32
-    answerable questions), written by someone who had not seen the ranking code. Measured at
-    the shipped defaults (bench/assistant.py on this file): the answer first for 24 of 32, the
-    current value first for 6 of 6 "current" questions and the old value never returned.
-    Before the current-state rule (core/recall/current_state.py) it was 21 and 3 of 6: the
-    event telling of the change, or the upgrade procedure, came first. Asserted with a margin
-    of one or two for model and platform noise."""
-    data = load("mixed_studio.json")
+    """Two stores written by someone who had not seen the ranking code: ``mixed_studio.json``
+    (a game studio's assistant: 90 memories, 6 updated facts, 32 answerable questions) and
+    ``mixed_home.json`` (a freelance translator's household and business: 110 memories, 8
+    updated facts, 37 answerable questions, written after the rules below). Measured at the
+    shipped defaults (bench/assistant.py on each file): the answer first for 24 of 32 and 27 of
+    37, the current value first for 6 of 6 and 7 of 8 "current" questions, the old value never
+    returned. Before the current-state rule (core/recall/current_state.py) mixed_studio was 21
+    and 3 of 6 (the event telling of the change, or the upgrade procedure, came first).
+    Asserted with a margin of one or two for model and platform noise."""
+    data = load(name)
     shift = datetime.now(UTC).date() - date.fromisoformat(data["now"])
     async with mcp_client(tmp_path / "d", models_dir, **defaults_env()) as client:
         ids = await store_set(client, data)
@@ -185,8 +192,8 @@ async def test_a_store_written_blind_answers_now_questions_with_the_current_valu
             if question["kind"] == "current":
                 assert question["superseded"] not in order, (question["q"], order)
         hits = {kind: sum(values) for kind, values in first.items()}
-        assert sum(hits.values()) >= 22, hits
-        assert hits["current"] >= 5, hits
+        assert sum(hits.values()) >= answered, hits
+        assert hits["current"] >= current, hits
 
 
 async def test_the_margin_rule_holds_with_a_cross_encoder(tmp_path: Path, models_dir: Path) -> None:
