@@ -200,6 +200,7 @@ def test_a_store_from_before_the_counters_gets_them_on_open(
     raw.execute("DROP TABLE review_buckets")
     raw.execute("DROP INDEX idx_memories_current_single_facts")
     raw.execute("DROP TABLE call_keys")  # schema 3 (later than the counters)
+    raw.execute("DROP INDEX idx_memories_superseded_by")  # schema 4
     raw.execute("PRAGMA user_version=1")
     raw.commit()
     raw.close()
