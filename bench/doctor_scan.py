@@ -1,6 +1,7 @@
 """``ferrex doctor``'s secret scan, full against incremental, on a copy of a cached store.
 
     python bench/doctor_scan.py 10000 --add 100
+    python bench/doctor_scan.py 100000 --cached ~/.cache/ferrex-bench/store-100000-…-composed-late
 
 Copies the cached store of that size (``bench/stores.py``), opens it as ``ferrex doctor`` does
 (the schema migrated on open), then times ``sweep`` (core/secrets/sweep.py, the secret part of
@@ -50,8 +51,11 @@ def main() -> int:
     parser.add_argument("--add", type=int, default=100, help="memories stored between scans")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--tier", default="small")
+    parser.add_argument("--cached", type=Path, help="a cached store's directory (composed ones)")
     args = parser.parse_args()
-    cached = cached_store(args.size, args.seed, args.tier)
+    cached = (
+        args.cached.expanduser() if args.cached else cached_store(args.size, args.seed, args.tier)
+    )
     with tempfile.TemporaryDirectory(prefix="ferrex-doctor-scan-") as tmp:
         service = open_service(copy_store(cached, Path(tmp)), args.tier)
         try:
