@@ -195,10 +195,25 @@ def test_an_unreadable_record_falls_back_to_a_full_scan(
     assert scan(store_dir, models_dir)["scanned"] == "incremental"
 
 
+def test_writes_made_while_nothing_recorded_them_get_a_full_scan(
+    data: tuple[Path, list[str]], models_dir: Path
+) -> None:
+    store_dir, _ = data
+    assert scan(store_dir, models_dir)["memories"] == 2
+    sql(store_dir, "DELETE FROM meta WHERE key = 'text_writes'")
+    new = store(store_dir, models_dir, secret_text(5))
+    assert sql(store_dir, "SELECT count(*) FROM text_writes") == [(0,)]
+    report = scan(store_dir, models_dir)
+    assert report["scanned"] == "full"
+    assert report["full_because"] == "the record of writes was off"
+    assert report["memories"] == 3 and new in report["sample"]
+    assert scan(store_dir, models_dir)["scanned"] == "incremental"
+
+
 def test_every_text_column_is_recorded_when_rewritten() -> None:
     """The trigger recording rewrites lists every column the scan reads."""
     assert set(TEXT_COLUMNS) == set(MEMORY_TEXT_FIELDS)
     found = re.search(r"AFTER UPDATE OF (.*?) ON memories", MIGRATIONS[4], re.S)
     assert found is not None
     columns = {c.strip() for c in found.group(1).split(",")}
-    assert columns == set(TEXT_COLUMNS) | {"id"}
+    assert columns == set(TEXT_COLUMNS) | {"id", "type"}  # a fact's predicate counts

@@ -567,9 +567,9 @@ class AuditLog(Protocol):
 
 class TextWrites(Protocol):
     """What ``doctor``'s secret scan reads again: memory texts and audit details written since
-    a position. ``start`` records from now on: (last write recorded, last audit row) so far."""
+    a position. ``start`` records from now on: (already did, last write, last audit row)."""
 
-    def text_writes_start(self) -> tuple[int, int]: ...
+    def text_writes_start(self) -> tuple[bool, int, int]: ...
 
     def text_writes_since(self, position: int) -> tuple[list[str], list[int]]: ...
 

@@ -264,8 +264,8 @@ MIGRATIONS: dict[int, str] = {
     END;
 
     CREATE TRIGGER text_writes_update
-    AFTER UPDATE OF id, content, subject, predicate, object, name, conditions, steps, source,
-        context ON memories
+    AFTER UPDATE OF id, type, content, subject, predicate, object, name, conditions, steps,
+        source, context ON memories
     WHEN EXISTS (SELECT 1 FROM meta WHERE key = 'text_writes') BEGIN
         INSERT INTO text_writes (memory_id) VALUES (NEW.id);
     END;

@@ -180,15 +180,18 @@ class JournalRows(SqliteRows):
 
     # ------------------------------------------------------------------ text writes
 
-    def text_writes_start(self) -> tuple[int, int]:
+    def text_writes_start(self) -> tuple[bool, int, int]:
         """Record from now on which memories' text and which audit details are written
-        (``text_writes``, schema 4); the positions so far: (the last write recorded, the last
-        audit row: AUTOINCREMENT, never reused, and audit rows are never deleted)."""
+        (``text_writes``, schema 4): whether it already did, and the positions so far (the
+        last write recorded; the last audit row: AUTOINCREMENT, never reused, and audit rows
+        are never deleted)."""
         with self.transaction():
-            self._x("INSERT OR IGNORE INTO meta (key, value) VALUES ('text_writes', 'on')")
+            was_on = bool(self._q("SELECT 1 FROM meta WHERE key = 'text_writes'"))
+            if not was_on:
+                self._x("INSERT INTO meta (key, value) VALUES ('text_writes', 'on')")
             rows = self._q("SELECT seq FROM sqlite_sequence WHERE name = 'text_writes'")
             audit = self._q("SELECT COALESCE(MAX(seq), 0) AS n FROM audit")[0]["n"]
-            return (int(rows[0]["seq"]) if rows else 0), int(audit)
+            return was_on, (int(rows[0]["seq"]) if rows else 0), int(audit)
 
     def text_writes_since(self, position: int) -> tuple[list[str], list[int]]:
         """The memory ids whose text, and the audit seqs whose detail, were written after

@@ -15,6 +15,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from ferrex import __version__
 from ferrex.config.core import CoreSettings
 from ferrex.core.secrets.fields import MEMORY_TEXT_FIELDS
 
@@ -37,8 +38,8 @@ class ScanMarker:
 
 def fingerprint(settings: CoreSettings) -> str:
     """What a verdict depends on: the configured patterns and allow list, secret_handling, the
-    fields scanned, detect-secrets' version, and the source of the rules themselves (any change
-    to ``core/secrets/`` makes the next scan a full one)."""
+    fields scanned, detect-secrets' and ferrex's versions, and the source of the rules
+    themselves (any change to ``core/secrets/`` makes the next scan a full one)."""
     digest = hashlib.sha256()
     config = {
         "format": FORMAT,
@@ -47,6 +48,7 @@ def fingerprint(settings: CoreSettings) -> str:
         "handling": settings.secret_handling,
         "fields": MEMORY_TEXT_FIELDS,
         "detect_secrets": _version("detect-secrets"),
+        "ferrex": __version__,
     }
     digest.update(json.dumps(config, sort_keys=True).encode())
     for path in sorted(_RULES.glob("*.py")):

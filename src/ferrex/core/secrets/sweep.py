@@ -51,7 +51,9 @@ def sweep(service: MemoryService, *, repair: bool, full: bool = False) -> dict[s
         (None, "--full") if full else scan_marker.load(meta.get_meta(scan_marker.KEY), expected)
     )
     # Read before the scan: whatever is written meanwhile is read again by the next one.
-    writes_at, audit_at = meta.text_writes_start()
+    recording, writes_at, audit_at = meta.text_writes_start()
+    if previous is not None and not recording:  # writes since may not have been recorded
+        previous, why_full = None, "the record of writes was off"
     memories, audit_rows = _scope(service, previous)
     holding: list[Memory] = []
     kinds: Counter[str] = Counter()
