@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 from tests.support.clock import MovableClock
-from tests.support.harness import ServiceFactory, ferrex_command
+from tests.support.harness import ServiceFactory, cli
 
 from ferrex.core.service import MemoryService
 from ferrex.server.calls import run_tool as invoke
@@ -170,21 +170,9 @@ def populate(service: MemoryService) -> dict[str, str]:
 def run_cli(data_dir: Path, models_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     if args[0] == "import" and not (data_dir / "ferrex.db").exists():
         run_cli(data_dir, models_dir, "init")  # operator commands never create a store
-    env = {
-        **os.environ,
-        "FERREX_HOME": str(data_dir),
-        "FERREX_MODELS_DIR": str(models_dir),
-        "FERREX_OFFLINE": "1",
-        "FERREX_LOG": "error",
-    }
-    done = subprocess.run(
-        [ferrex_command(), "--model-tier", "small", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
+    done: subprocess.CompletedProcess[str] = cli(
+        data_dir, models_dir, "--model-tier", "small", *args
     )
-    assert done.returncode == 0, done.stderr[-3000:]
     return done
 
 

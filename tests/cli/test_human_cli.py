@@ -9,14 +9,14 @@ go through it (the server keeps the store, what one side stores the other recall
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from tests.support.harness import call, ferrex_command, mcp_client
+from tests.support import harness
+from tests.support.harness import call, mcp_client
 
 pytestmark = pytest.mark.anyio
 
@@ -29,24 +29,10 @@ def anyio_backend() -> str:
 def cli(
     data_dir: Path, models_dir: Path, *args: str, check: int | None = 0
 ) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FERREX_")}
-    env.update(
-        {
-            "FERREX_HOME": str(data_dir),
-            "FERREX_MODELS_DIR": str(models_dir),
-            "FERREX_OFFLINE": "1",
-            "COLUMNS": "120",
-        }
+    """The harness's ``cli`` with the small model and tables 120 columns wide."""
+    done: subprocess.CompletedProcess[str] = harness.cli(
+        data_dir, models_dir, "--model-tier", "small", *args, check=check, env={"COLUMNS": "120"}
     )
-    done = subprocess.run(
-        [ferrex_command(), "--model-tier", "small", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    if check is not None:
-        assert done.returncode == check, (done.returncode, done.stdout[-2000:], done.stderr[-2000:])
     return done
 
 

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.harness import call, cli, cli_env, ferrex_command, mcp_client, ok
+from tests.support.harness import call, cli, mcp_client, ok
 from tests.support.secret_samples import NEAR_MISSES, SECRETS
 
 from ferrex.core.secrets.patterns import shannon_entropy
@@ -86,15 +85,7 @@ def test_entropy_boundaries() -> None:
 
 
 def _cli_with(data: Path, models_dir: Path, handling: str, *args: str, check: int = 0) -> Any:
-    done = subprocess.run(
-        [ferrex_command(), *args],
-        env={**cli_env(data, models_dir), "FERREX_SECRET_HANDLING": handling},
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert done.returncode == check, (done.stdout[-2000:], done.stderr[-2000:])
-    return done
+    return cli(data, models_dir, *args, check=check, env={"FERREX_SECRET_HANDLING": handling})
 
 
 def _count(data: Path) -> int:

@@ -200,13 +200,14 @@ def test_a_store_from_before_the_counters_gets_them_on_open(
     raw.execute("DROP TABLE review_buckets")
     raw.execute("DROP INDEX idx_memories_current_single_facts")
     raw.execute("DROP TABLE call_keys")  # schema 3 (later than the counters)
-    raw.execute("DROP INDEX idx_memories_superseded_by")  # schema 4
+    raw.execute("DROP TABLE text_writes")  # schema 4
+    raw.execute("DROP INDEX idx_memories_superseded_by")  # schema 5
     raw.execute("PRAGMA user_version=1")
     raw.commit()
     raw.close()
     reopened = SqliteStore(path)
     try:
-        assert reopened.schema_version == SCHEMA_VERSION == 4
+        assert reopened.schema_version == SCHEMA_VERSION == 5
         counts = reopened.memory_counts("default")
         assert sum(c.n for c in counts) == expected["total"]
         buckets = reopened.review_buckets("default")

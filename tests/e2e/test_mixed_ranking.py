@@ -1,17 +1,17 @@
 """Ranking a real user's store: mixed types (events, facts that get updated, procedures), through
 a real MCP stdio client at the shipped defaults (issue 35).
 
-Two stores written for these tests, before and apart from the ranking they check
-(``tests/data/``): ``mixed_small.json`` (the first two weeks of a solo developer's assistant,
-20 memories) and ``mixed_team.json`` (three months of a 12-person team's assistant, 147
-memories), and two written blind by a helper who had not seen the ranking code
-(``mixed_studio.json``, ``mixed_home.json``). Each memory is stored through ``store`` in order, events with their ``timestamp``;
-the dates are moved so that the set's ``now`` is today (what an event's age means does not drift
-with the calendar). The rules checked: an exact fact above a loosely matching fresh event; the
-current value of an updated fact above its superseded one (never returned by default) and above
-the events that mention the topic; a how-to question answered by its procedure; a question
-about something the store never heard of answered with nothing; every score relevance in
-[0, 1], never rising down a page.
+Stores written for these tests, before and apart from the ranking they check (``tests/data/``):
+``mixed_small.json`` (the first two weeks of a solo developer's assistant, 20 memories) and
+``mixed_team.json`` (three months of a 12-person team's assistant, 147 memories), and two
+written blind by a helper who had not seen the ranking code (``mixed_studio.json``,
+``mixed_home.json``). Each memory is stored through ``store`` in order, events with their
+``timestamp``; the dates are moved so that the set's ``now`` is today (what an event's age means
+does not drift with the calendar). The rules checked: an exact fact above a loosely matching
+fresh event; the current value of an updated fact above its superseded one (never returned by
+default) and above the events that mention the topic; a how-to question answered by its
+procedure; a question about something the store never heard of answered with nothing; every
+score relevance in [0, 1], never rising down a page.
 """
 
 from __future__ import annotations

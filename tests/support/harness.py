@@ -123,10 +123,17 @@ def cli_env(data_dir: Path, models_dir: Path) -> dict[str, str]:
     }
 
 
-def cli(data_dir: Path, models_dir: Path, *args: str, check: int | None = 0) -> Any:
+def cli(
+    data_dir: Path,
+    models_dir: Path,
+    *args: str,
+    check: int | None = 0,
+    env: dict[str, str] | None = None,
+) -> Any:
+    """``ferrex *args`` as an operator runs it (``cli_env``; ``env``: more variables over it)."""
     done = subprocess.run(
         [ferrex_command(), *args],
-        env=cli_env(data_dir, models_dir),
+        env={**cli_env(data_dir, models_dir), **(env or {})},
         capture_output=True,
         text=True,
         timeout=180,

@@ -136,7 +136,7 @@ def _operator_commands(
         "migrate-index": lambda: operator.migrate_index(settings, explicit_tier, args.target),
         "init": lambda: operator.init_store(settings, explicit_tier),
         "doctor": lambda: operator.doctor(
-            settings, explicit_tier, as_json=args.json, repair=args.repair
+            settings, explicit_tier, as_json=args.json, repair=args.repair, full=args.full
         ),
         "rebuild-index": lambda: operator.rebuild_index(settings, explicit_tier),
         "export": lambda: operator.export(

@@ -163,10 +163,12 @@ def init_store(settings: Settings, explicit_tier: bool) -> int:
     return 0
 
 
-def doctor(settings: Settings, explicit_tier: bool, *, as_json: bool, repair: bool) -> int:
+def doctor(
+    settings: Settings, explicit_tier: bool, *, as_json: bool, repair: bool, full: bool = False
+) -> int:
     try:
         require_store(settings)
-        report = operate(settings, explicit_tier, "doctor", {"repair": repair})
+        report = operate(settings, explicit_tier, "doctor", {"repair": repair, "full": full})
     except CliError as exc:
         if as_json:  # a report a script can read, even when the store cannot be opened
             failed = {

@@ -347,6 +347,11 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument(
         "--repair", action="store_true", help="fix orphans both ways and replay the journal"
     )
+    doctor.add_argument(
+        "--full",
+        action="store_true",
+        help="scan every memory for secrets (not only what changed since the last doctor)",
+    )
     _command(commands, "rebuild-index", STORE_FLAGS, "recreate the vector index from SQLite")
     export = _command(
         commands,

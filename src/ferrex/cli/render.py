@@ -52,6 +52,7 @@ def render_doctor(report: dict[str, Any]) -> str:
         f"[{mark(wrong_model == 0)}] points of another model: {wrong_model}",
     ]
     lines.append(_secrets_line(report.get("secrets")))
+    lines.extend(_scan_line(report.get("secrets")))
     if "repaired" in report:
         lines.append(f"      repaired: {report['repaired']}")
     lines.append(
@@ -78,6 +79,18 @@ def _secrets_line(secrets: Any) -> str:
         else ": run `ferrex doctor --repair` to redact them"
     )
     return f"[{tag}] secrets: {secrets['memories']} memories hold {kinds or 'secrets'}{hint}"
+
+
+def _scan_line(secrets: Any) -> list[str]:
+    """Which secret scan it was: incremental (what was written since the last one) or full."""
+    if not isinstance(secrets, dict) or not isinstance(secrets.get("rows_scanned"), dict):
+        return []
+    rows = secrets["rows_scanned"]
+    why = f" ({secrets['full_because']})" if secrets.get("full_because") else ""
+    return [
+        f"      secret scan: {secrets.get('scanned')}{why}, {rows.get('memories')} memories "
+        f"and {rows.get('audit_entries')} audit entries read"
+    ]
 
 
 def _mode_detail(index_mode: Any) -> str:

@@ -562,9 +562,22 @@ class AuditLog(Protocol):
 
     def last_audit_at(self, namespace: str, action: str) -> str | None: ...
 
-    def audit_details(self) -> Iterator[tuple[int, dict[str, Any]]]: ...
+    def audit_details(
+        self, after: int = 0, seqs: Sequence[int] = ()
+    ) -> Iterator[tuple[int, dict[str, Any]]]: ...
 
     def set_audit_detail(self, seq: int, detail: dict[str, Any]) -> None: ...
+
+
+class TextWrites(Protocol):
+    """What ``doctor``'s secret scan reads again: memory texts and audit details written since
+    a position. ``start`` records from now on: (already did, last write, last audit row)."""
+
+    def text_writes_start(self) -> tuple[bool, int, int]: ...
+
+    def text_writes_since(self, position: int) -> tuple[list[str], list[int]]: ...
+
+    def text_writes_forget(self, position: int) -> None: ...
 
 
 class MetadataStore(
@@ -581,6 +594,7 @@ class MetadataStore(
     EntityRows,
     Journal,
     AuditLog,
+    TextWrites,
     Protocol,
 ):
     """The source of truth: memories, entities, the dual-write journal and the audit log, as

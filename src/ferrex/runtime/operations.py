@@ -188,7 +188,9 @@ def init(service: MemoryService, arguments: dict[str, Any]) -> Any:
 
 
 def doctor(service: MemoryService, arguments: dict[str, Any]) -> Any:
-    return doctor_ops.doctor(service, repair=bool(arguments.get("repair")))
+    return doctor_ops.doctor(
+        service, repair=bool(arguments.get("repair")), full=bool(arguments.get("full"))
+    )
 
 
 def export(service: MemoryService, arguments: dict[str, Any]) -> list[Any]:

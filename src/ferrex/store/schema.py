@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 MIGRATIONS: dict[int, str] = {
     1: """
@@ -247,6 +247,35 @@ MIGRATIONS: dict[int, str] = {
     CREATE INDEX idx_call_keys_created ON call_keys (created_at);
     """,
     4: """
+    -- Which memories' text and which audit details were written, in order (``doctor`` scans
+    -- for secrets only what changed since its last scan): recorded only once a doctor has
+    -- asked for it (the meta key), and forgotten up to what a doctor has scanned. Insertion
+    -- and in-place rewrites alike (a redaction, an INSERT OR REPLACE); a rowid is not a
+    -- position (SQLite reuses the highest one after a delete, VACUUM may renumber them).
+    CREATE TABLE text_writes (
+        seq       INTEGER PRIMARY KEY AUTOINCREMENT,
+        memory_id TEXT,
+        audit_seq INTEGER
+    );
+
+    CREATE TRIGGER text_writes_insert AFTER INSERT ON memories
+    WHEN EXISTS (SELECT 1 FROM meta WHERE key = 'text_writes') BEGIN
+        INSERT INTO text_writes (memory_id) VALUES (NEW.id);
+    END;
+
+    CREATE TRIGGER text_writes_update
+    AFTER UPDATE OF id, type, content, subject, predicate, object, name, conditions, steps,
+        source, context ON memories
+    WHEN EXISTS (SELECT 1 FROM meta WHERE key = 'text_writes') BEGIN
+        INSERT INTO text_writes (memory_id) VALUES (NEW.id);
+    END;
+
+    CREATE TRIGGER text_writes_audit AFTER UPDATE OF detail ON audit
+    WHEN EXISTS (SELECT 1 FROM meta WHERE key = 'text_writes') BEGIN
+        INSERT INTO text_writes (audit_seq) VALUES (NEW.seq);
+    END;
+    """,
+    5: """
     -- Which facts superseded an earlier value (recall's current-state rule; forget's
     -- predecessors): only the rows that were superseded are in it.
     CREATE INDEX idx_memories_superseded_by ON memories (superseded_by)

@@ -158,10 +158,58 @@ class JournalRows(SqliteRows):
                 total += candidate.stat().st_blocks * 512
         return total
 
-    def audit_details(self) -> Iterator[tuple[int, dict[str, Any]]]:
-        """(seq, detail) of every audit row that has a detail."""
-        for row in self._q("SELECT seq, detail FROM audit WHERE detail IS NOT NULL"):
-            yield int(row["seq"]), json.loads(row["detail"])
+    def audit_details(
+        self, after: int = 0, seqs: Sequence[int] = ()
+    ) -> Iterator[tuple[int, dict[str, Any]]]:
+        """(seq, detail) of every audit row that has a detail, by seq: those after ``after``
+        and those of ``seqs``."""
+        query = "SELECT seq, detail FROM audit WHERE detail IS NOT NULL"
+        earlier = sorted({seq for seq in seqs if seq <= after})
+        for chunk in in_chunks(earlier):
+            marks = ",".join("?" * len(chunk))
+            for row in self._q(f"{query} AND seq IN ({marks}) ORDER BY seq", chunk):
+                yield int(row["seq"]), json.loads(row["detail"])
+        last = after
+        while True:  # in batches: the whole log on a first scan
+            rows = self._q(f"{query} AND seq > ? ORDER BY seq LIMIT 1000", (last,))
+            for row in rows:
+                yield int(row["seq"]), json.loads(row["detail"])
+            if len(rows) < 1000:
+                return
+            last = int(rows[-1]["seq"])
+
+    # ------------------------------------------------------------------ text writes
+
+    def text_writes_start(self) -> tuple[bool, int, int]:
+        """Record from now on which memories' text and which audit details are written
+        (``text_writes``, schema 4): whether it already did, and the positions so far (the
+        last write recorded; the last audit row: AUTOINCREMENT, never reused, and audit rows
+        are never deleted)."""
+        with self.transaction():
+            was_on = bool(self._q("SELECT 1 FROM meta WHERE key = 'text_writes'"))
+            if not was_on:
+                self._x("INSERT INTO meta (key, value) VALUES ('text_writes', 'on')")
+            rows = self._q("SELECT seq FROM sqlite_sequence WHERE name = 'text_writes'")
+            audit = self._q("SELECT COALESCE(MAX(seq), 0) AS n FROM audit")[0]["n"]
+            return was_on, (int(rows[0]["seq"]) if rows else 0), int(audit)
+
+    def text_writes_since(self, position: int) -> tuple[list[str], list[int]]:
+        """The memory ids whose text, and the audit seqs whose detail, were written after
+        ``position``, in order, once each."""
+        memory_ids: dict[str, None] = {}
+        audit_seqs: dict[int, None] = {}
+        for row in self._q(
+            "SELECT memory_id, audit_seq FROM text_writes WHERE seq > ? ORDER BY seq", (position,)
+        ):
+            if row["memory_id"] is not None:
+                memory_ids[row["memory_id"]] = None
+            if row["audit_seq"] is not None:
+                audit_seqs[int(row["audit_seq"])] = None
+        return list(memory_ids), list(audit_seqs)
+
+    def text_writes_forget(self, position: int) -> None:
+        """Drop the record of the writes up to ``position`` (scanned)."""
+        self._x("DELETE FROM text_writes WHERE seq <= ?", (position,))
 
     def set_audit_detail(self, seq: int, detail: dict[str, Any]) -> None:
         text = json.dumps(detail, sort_keys=True)

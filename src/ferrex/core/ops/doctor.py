@@ -26,8 +26,9 @@ log = structlog.get_logger("ferrex.ops")
 _SAMPLE = 20
 
 
-def doctor(service: MemoryService, *, repair: bool = False) -> dict[str, Any]:
-    """Compare SQLite (truth) with the vector index; with ``repair`` make them agree."""
+def doctor(service: MemoryService, *, repair: bool = False, full: bool = False) -> dict[str, Any]:
+    """Compare SQLite (truth) with the vector index; with ``repair`` make them agree. The
+    secret scan reads only what changed since the last one unless ``full``."""
     settings = service.deps.settings
     meta = service.meta
     report: dict[str, Any] = {"version": __version__, "data_dir": str(settings.data_dir)}
@@ -52,7 +53,7 @@ def doctor(service: MemoryService, *, repair: bool = False) -> dict[str, Any]:
         after = _Comparison.of(service, available).report(meta.journal_backlog())
         report["in_agreement"] = after["in_agreement"]
         report["after_repair"] = {key: after[key] for key in _AFTER_REPAIR}
-    report["secrets"] = secrets = sweep(service, repair=repair and available)
+    report["secrets"] = secrets = sweep(service, repair=repair and available, full=full)
     report["ok"] = bool(
         report["in_agreement"] and available and report["permissions"]["ok"] and secrets["ok"]
     )

@@ -6,6 +6,7 @@ plaintext stays in SQLite's free pages or its WAL. Exports made earlier cannot b
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import structlog
@@ -13,6 +14,7 @@ import structlog
 from ferrex.core import errors
 from ferrex.core.errors import FerrexError
 from ferrex.core.memory import Memory, MemoryType
+from ferrex.core.secrets import scan_marker
 from ferrex.core.secrets.fields import MEMORY_TEXT_FIELDS, find_in_fields, scan_fields
 from ferrex.core.secrets.scanner import Redaction, SecretScanner
 from ferrex.core.service import MemoryService
@@ -35,46 +37,96 @@ def redact_memory(scanner: SecretScanner, memory: Memory) -> list[Redaction]:
     return redactions
 
 
-def sweep(service: MemoryService, *, repair: bool) -> dict[str, Any]:
+def sweep(service: MemoryService, *, repair: bool, full: bool = False) -> dict[str, Any]:
     """Count the memories holding secrets (by kind, with a sample of ids, never a value); with
-    ``repair`` (and ``secret_handling`` other than ``allow``) redact and re-index them."""
+    ``repair`` (and ``secret_handling`` other than ``allow``) redact and re-index them.
+
+    Incremental (``scan_marker``): only what was written since the last scan and what it found
+    is read, unless ``full``, the first time, or when the scanner or its settings changed."""
     settings = service.deps.settings
     scanner = SecretScanner(settings.secrets.patterns, settings.secrets.allow)
     meta = service.meta
+    expected = scan_marker.fingerprint(settings)
+    previous, why_full = (
+        (None, "--full") if full else scan_marker.load(meta.get_meta(scan_marker.KEY), expected)
+    )
+    # Read before the scan: whatever is written meanwhile is read again by the next one.
+    recording, writes_at, audit_at = meta.text_writes_start()
+    if previous is not None and not recording:  # writes since may not have been recorded
+        previous, why_full = None, "the record of writes was off"
+    memories, audit_rows = _scope(service, previous)
     holding: list[Memory] = []
     kinds: Counter[str] = Counter()
-    for memory in meta.iter_memories():
+    scanned = 0
+    for memory in memories:
+        scanned += 1
         found = redact_memory(scanner, memory)
         if found:
             holding.append(memory)
             kinds.update(r.kind for r in found)
-    audit = _audit_with_secrets(service, scanner)
+    audit, audit_scanned = _audit_with_secrets(audit_rows, scanner)
     report: dict[str, Any] = {
         "handling": settings.secret_handling,
         "memories": len(holding),
         "kinds": dict(sorted(kinds.items())),
         "sample": [m.id for m in holding[:_SAMPLE]],
         "audit_entries": len(audit),
+        "scanned": "full" if previous is None else "incremental",
+        "rows_scanned": {"memories": scanned, "audit_entries": audit_scanned},
+        **({"full_because": why_full} if previous is None else {}),
     }
     may_repair = settings.secret_handling != "allow"
     report["ok"] = not holding and not audit if may_repair else True
+    marker = scan_marker.ScanMarker(
+        expected, writes_at, audit_at, [m.id for m in holding], [seq for seq, _ in audit]
+    )
     if repair and may_repair and (holding or audit):
         _repair(service, holding, audit)
         report["redacted"] = len(holding)
         report["ok"] = True
+        # Redacted: nothing left to read again (the rewrites are recorded as text writes).
+        marker.holders, marker.audit_hits = [], []
         log.info("secrets redacted", memories=len(holding), audit_entries=len(audit))
+    with service.deps.write, meta.transaction():
+        meta.set_meta(scan_marker.KEY, marker.dumps())
+        meta.text_writes_forget(writes_at)
     return report
 
 
+def _scope(
+    service: MemoryService, previous: scan_marker.ScanMarker | None
+) -> tuple[Iterable[Memory], Iterator[tuple[int, dict[str, Any]]]]:
+    """What to scan: everything, or since ``previous`` (the memories and audit rows written
+    after it, and those it found holding secrets)."""
+    meta = service.meta
+    if previous is None:
+        return meta.iter_memories(), meta.audit_details()
+    written, rewritten_audit = meta.text_writes_since(previous.writes)
+    ids = list(dict.fromkeys([*previous.holders, *written]))
+    audit = meta.audit_details(previous.audit, [*previous.audit_hits, *rewritten_audit])
+    return _memories_by_id(service, ids), audit
+
+
+def _memories_by_id(service: MemoryService, ids: list[str]) -> Iterator[Memory]:
+    """The memories of ``ids`` that still exist, in that order, 500 at a time."""
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        found = service.meta.get_memories(chunk)
+        yield from (found[i] for i in chunk if i in found)
+
+
 def _audit_with_secrets(
-    service: MemoryService, scanner: SecretScanner
-) -> list[tuple[int, dict[str, Any]]]:
+    rows: Iterable[tuple[int, dict[str, Any]]], scanner: SecretScanner
+) -> tuple[list[tuple[int, dict[str, Any]]], int]:
+    """The audit rows holding secrets (redacted details), and how many rows were read."""
     out = []
-    for seq, detail in service.meta.audit_details():
+    read = 0
+    for seq, detail in rows:
+        read += 1
         changed, found = scan_fields(scanner, detail)
         if found:
             out.append((seq, {**detail, **changed}))
-    return out
+    return out, read
 
 
 def _repair(
