@@ -37,6 +37,7 @@ def day(text: str) -> datetime:
         ("What did we plan for the 4th of July?", "2026-07-01", "2026-08-08"),
         ("What came up in the month of May?", "2026-05-01", "2026-06-08"),
         ("What happened on 5 May 2023?", "2023-05-01", "2023-06-08"),
+        ("What broke in late May?", "2026-05-01", "2026-06-08"),
         ("What setback did Melanie face in October 2023?", "2023-10-01", "2023-11-08"),
         ("What happened on Sept 5?", "2026-09-01", "2026-10-08"),
         ("What happened on 5 September?", "2026-09-01", "2026-10-08"),
@@ -67,6 +68,8 @@ def test_the_period_a_question_names(question: str, start: str, end: str) -> Non
         "Which 2 may fail first?",  # a count and the verb "may"
         "Which of the 3 may be affected?",
         "Who was in charge of March Madness?",  # "of" not after a day or a part of the year
+        "How late may we check in at the cabin?",  # "may" asks permission
+        "How early may I arrive?",
         # A year no date can hold: no period (never an error).
         "What did we do in May 0000?",
         "What happens in December 9999?",

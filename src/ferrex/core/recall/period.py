@@ -61,11 +61,14 @@ _MONTH = "|".join(sorted(_MONTHS, key=len, reverse=True))
 # "of" only after a day or a part of the year ("the 4th of July", "the month of May"; not "in
 # charge of March Madness"); a day before the month not after a determiner ("which 2 may fail?",
 # "the 3 may be affected": a count and a verb). "since" runs from the month up to today.
+# "how early / late may we...?" asks permission: "may" before its subject is the verb there.
+_NOT_ASKING = r"(?!(?:(?<=early )|(?<=late ))may\s+(?:i|we|you|they|he|she|it)\b)"
 _YEAR = r"(?:\.?\s+(?P<{}>\d{{4}})\b)?"
 _NAMED = re.compile(
     rf"\bsince\s+(?P<s>{_MONTH})\b{_YEAR.format('ys')}"
     rf"|\b(?:in|during|early|mid|late|throughout|around|start of|beginning of|end of"
-    rf"|(?:\d{{1,2}}(?:st|nd|rd|th)|month|middle) of)\s+(?P<a>{_MONTH})\b{_YEAR.format('ya')}"
+    rf"|(?:\d{{1,2}}(?:st|nd|rd|th)|month|middle) of)\s+{_NOT_ASKING}"
+    rf"(?P<a>{_MONTH})\b{_YEAR.format('ya')}"
     rf"|\b(?P<b>{_MONTH})\.?\s+(?:(?P<yb>\d{{4}})\b|\d{{1,2}}(?:st|nd|rd|th)?\b)"
     rf"|(?<!\bthe )(?<!\bwhich )(?<!\bthese )(?<!\bthose )(?<!\ball )(?<!\btop )"
     rf"\b\d{{1,2}}(?:st|nd|rd|th)?\s+(?P<c>{_MONTH})\b{_YEAR.format('yc')}"
