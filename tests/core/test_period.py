@@ -172,6 +172,9 @@ async def test_a_question_naming_a_month_gets_that_months_event(
         )
         assert ranged["results"], ranged
         assert all("named_period" not in r["explain"] for r in ranged["results"])
+        # A year no date holds names no period: an answer, never an internal error.
+        odd = await ok(client, "recall", {"query": "How did the billing deploy go in May 0000?"})
+        assert odd["results"], odd
 
     async with mcp_client(
         tmp_path / "d", models_dir, FERREX_RETRIEVAL__NAMED_PERIOD_BONUS="0"
