@@ -38,6 +38,11 @@ def day(text: str) -> datetime:
         ("What came up in the month of May?", "2026-05-01", "2026-06-08"),
         ("What happened on 5 May 2023?", "2023-05-01", "2023-06-08"),
         ("What broke in late May?", "2026-05-01", "2026-06-08"),
+        # The year after the day, or after a comma (a US date).
+        ("What happened on September 5th, 2023?", "2023-09-01", "2023-10-08"),
+        ("What happened on Sept 5 2023?", "2023-09-01", "2023-10-08"),
+        ("What broke on Oct. 3, 2024?", "2024-10-01", "2024-11-08"),
+        ("What setback came in October, 2023?", "2023-10-01", "2023-11-08"),
         ("What setback did Melanie face in October 2023?", "2023-10-01", "2023-11-08"),
         ("What happened on Sept 5?", "2026-09-01", "2026-10-08"),
         ("What happened on 5 September?", "2026-09-01", "2026-10-08"),

@@ -63,13 +63,13 @@ _MONTH = "|".join(sorted(_MONTHS, key=len, reverse=True))
 # "the 3 may be affected": a count and a verb). "since" runs from the month up to today.
 # "how early / late may we...?" asks permission: "may" before its subject is the verb there.
 _NOT_ASKING = r"(?!(?:(?<=early )|(?<=late ))may\s+(?:i|we|you|they|he|she|it)\b)"
-_YEAR = r"(?:\.?\s+(?P<{}>\d{{4}})\b)?"
+_YEAR = r"(?:\.?,?\s+(?P<{}>\d{{4}})\b)?"  # "May 2023", "May, 2023"
 _NAMED = re.compile(
     rf"\bsince\s+(?P<s>{_MONTH})\b{_YEAR.format('ys')}"
     rf"|\b(?:in|during|early|mid|late|throughout|around|start of|beginning of|end of"
     rf"|(?:\d{{1,2}}(?:st|nd|rd|th)|month|middle) of)\s+{_NOT_ASKING}"
     rf"(?P<a>{_MONTH})\b{_YEAR.format('ya')}"
-    rf"|\b(?P<b>{_MONTH})\.?\s+(?:(?P<yb>\d{{4}})\b|\d{{1,2}}(?:st|nd|rd|th)?\b)"
+    rf"|\b(?P<b>{_MONTH})\.?\s+(?:(?P<yb>\d{{4}})\b|\d{{1,2}}(?:st|nd|rd|th)?\b{_YEAR.format('yd')})"
     rf"|(?<!\bthe )(?<!\bwhich )(?<!\bthese )(?<!\bthose )(?<!\ball )(?<!\btop )"
     rf"\b\d{{1,2}}(?:st|nd|rd|th)?\s+(?P<c>{_MONTH})\b{_YEAR.format('yc')}"
 )
@@ -93,7 +93,8 @@ def named_period(query: str, now: datetime) -> Period | None:
     named = _NAMED.search(text)
     if named is not None:
         month = _MONTHS[next(named.group(g) for g in "sabc" if named.group(g))]
-        year_text = next((named.group(g) for g in ("ys", "ya", "yb", "yc") if named.group(g)), "")
+        years = (named.group(g) for g in ("ys", "ya", "yb", "yc", "yd"))
+        year_text = next((y for y in years if y), "")
         year = int(year_text) if year_text else (now.year if month <= now.month else now.year - 1)
         if not _FIRST_YEAR <= year <= _LAST_YEAR:
             return None  # "in May 0000": no date to compare with
