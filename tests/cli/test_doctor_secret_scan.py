@@ -18,7 +18,9 @@ import pytest
 from tests.support.harness import ServiceFactory, cli
 from tests.support.secret_samples import SECRETS
 
+from ferrex.core.secrets import scan_marker
 from ferrex.core.secrets.fields import MEMORY_TEXT_FIELDS
+from ferrex.core.secrets.sweep import _record, sweep
 from ferrex.server.calls import run_tool as invoke
 from ferrex.store.schema import MIGRATIONS
 from ferrex.store.sqlite_rows import TEXT_COLUMNS
@@ -217,3 +219,24 @@ def test_every_text_column_is_recorded_when_rewritten() -> None:
     assert found is not None
     columns = {c.strip() for c in found.group(1).split(",")}
     assert columns == set(TEXT_COLUMNS) | {"id", "type"}  # a fact's predicate counts
+
+
+def test_a_doctor_that_started_earlier_never_sets_the_record_back(
+    make_service: ServiceFactory, tmp_path: Path
+) -> None:
+    """Two doctors at once: A starts, a secret is stored, B scans it and records it; A then
+    finishes. A's older record must not replace B's: B already forgot the writes up to its
+    position, so the next scan would never read the new holder again."""
+    service = make_service(tmp_path / "two", secret_handling="allow")
+    invoke(service, "store", {"content": secret_text(0), "type": "episodic"})
+    assert sweep(service, repair=False)["memories"] == 1  # the first, full scan
+    _, writes_a, audit_a = service.meta.text_writes_start()  # doctor A starts
+    a_found = sweep(service, repair=False)["sample"]  # what A's scan finds
+    new = invoke(service, "store", {"content": secret_text(5), "type": "episodic"})["id"]
+    b = sweep(service, repair=False)  # doctor B, started later, reads the new holder
+    assert b["scanned"] == "incremental" and new in b["sample"]
+    expected = scan_marker.fingerprint(service.settings)
+    _record(service, scan_marker.ScanMarker(expected, writes_a, audit_a, a_found))  # A ends
+    after = sweep(service, repair=False)
+    assert after["scanned"] == "incremental"
+    assert after["memories"] == 2 and new in after["sample"]

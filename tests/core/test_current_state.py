@@ -30,6 +30,9 @@ NOW = datetime(2026, 12, 6, tzinfo=UTC)
         ("What's the latest minimum iOS version?", True),
         ("What is the current on-call rotation?", True),
         ("Who doesn’t work on the app anymore?", True),  # ’ and "anymore"
+        ("Do we use Jenkins any more?", True),
+        ("Are there any more open tickets?", False),  # a quantity, not the time
+        ("Did the plumber leave any more notes", False),
         # No cue: a word that only contains one, "today" (events), "current events".
         ("What do our CI builds run on?", False),
         ("Who knows the nowcast model?", False),  # "now" inside a word

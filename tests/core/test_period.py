@@ -31,7 +31,18 @@ def day(text: str) -> datetime:
         ("In mid-August, what broke?", "2026-08-01", "2026-09-08"),
         ("Why did heron keep switching off at the end of September?", "2026-09-01", "2026-10-08"),
         ("What did we decide in December?", "2026-12-01", "2027-01-08"),
-        ("What has changed since March?", "2026-03-01", "2026-04-08"),
+        # "since" a month: from it up to today, not that month alone.
+        ("What has changed since March?", "2026-03-01", "2026-12-07"),
+        ("What broke since July 2025?", "2025-07-01", "2026-12-07"),
+        ("What did we plan for the 4th of July?", "2026-07-01", "2026-08-08"),
+        ("What came up in the month of May?", "2026-05-01", "2026-06-08"),
+        ("What happened on 5 May 2023?", "2023-05-01", "2023-06-08"),
+        ("What broke in late May?", "2026-05-01", "2026-06-08"),
+        # The year after the day, or after a comma (a US date).
+        ("What happened on September 5th, 2023?", "2023-09-01", "2023-10-08"),
+        ("What happened on Sept 5 2023?", "2023-09-01", "2023-10-08"),
+        ("What broke on Oct. 3, 2024?", "2024-10-01", "2024-11-08"),
+        ("What setback came in October, 2023?", "2023-10-01", "2023-11-08"),
         ("What setback did Melanie face in October 2023?", "2023-10-01", "2023-11-08"),
         ("What happened on Sept 5?", "2026-09-01", "2026-10-08"),
         ("What happened on 5 September?", "2026-09-01", "2026-10-08"),
@@ -59,6 +70,15 @@ def test_the_period_a_question_names(question: str, start: str, end: str) -> Non
         "What did we do last weekend?",  # not "last week"
         "Which octopus species did the survey count?",  # "oct" inside a word
         "What is the deadline?",
+        "Which 2 may fail first?",  # a count and the verb "may"
+        "Which of the 3 may be affected?",
+        "Who was in charge of March Madness?",  # "of" not after a day or a part of the year
+        "How late may we check in at the cabin?",  # "may" asks permission
+        "How early may I arrive?",
+        # A year no date can hold: no period (never an error).
+        "What did we do in May 0000?",
+        "What happens in December 9999?",
+        "What shipped in Feb. 0000?",
     ],
 )
 def test_a_question_that_names_no_period(question: str) -> None:
@@ -157,6 +177,9 @@ async def test_a_question_naming_a_month_gets_that_months_event(
         )
         assert ranged["results"], ranged
         assert all("named_period" not in r["explain"] for r in ranged["results"])
+        # A year no date holds names no period: an answer, never an internal error.
+        odd = await ok(client, "recall", {"query": "How did the billing deploy go in May 0000?"})
+        assert odd["results"], odd
 
     async with mcp_client(
         tmp_path / "d", models_dir, FERREX_RETRIEVAL__NAMED_PERIOD_BONUS="0"

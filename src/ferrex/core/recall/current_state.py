@@ -25,10 +25,11 @@ from ferrex.core.memory import Memory, MemoryType
 LIFTS_FROM = 0.5
 
 # Present-time words that ask for the state as it is. Not "today" ("what happened today?" asks
-# for events) nor "current" inside "current events".
+# for events), "current" inside "current events", nor "any more" before what it counts ("are
+# there any more open tickets?": a quantity; "...any more?" at the clause's end is the time).
 _CUE = re.compile(
     r"\b(?:now|nowadays|these days|currently|at the moment|at present|presently|right now|"
-    r"as of today|still|any ?more|latest|current(?! events?\b))\b"
+    r"as of today|still|anymore|any more(?=\s*(?:[?.!,;]|$))|latest|current(?! events?\b))\b"
 )
 
 

@@ -6,14 +6,14 @@ when it happened (its ``timestamp``) as metadata, which neither the dense nor th
 reads — BM25 even matches the month's *word* in an unrelated event's text ("due 7 September").
 
 The period is read from the question: a month named after "in", "during", "early", "mid",
-"late", "since", "the start / beginning / end of", or beside a year or a day ("July 2023",
-"September 5", "5 September"); or "yesterday", "this / last week", "this / last
-month". A month without a year is its latest occurrence not after today. An event whose time
-falls in the period — a named month's days plus the week after it, since what happened is
-often told a few days later — and that is at least ``LIFTS_FROM`` relevant gains
-``retrieval.named_period_bonus`` logits (docs/recall.md, "Named period"). Never a fact or a
-procedure (their time is validity, which ``as_of`` asks about), and never when the request
-already says when (``as_of``, ``time_range``). English only.
+"late", "the start / beginning / end of", "the 4th / month / middle of", or beside a year or a
+day ("July 2023", "September 5", "5 September"); or "yesterday", "this / last week", "this /
+last month". A month without a year is its latest occurrence not after today. An event whose
+time falls in the period — a named month's days plus the week after it, since what happened is
+often told a few days later; "since" a month, from it up to today — and that is at least
+``LIFTS_FROM`` relevant gains ``retrieval.named_period_bonus`` logits (docs/recall.md, "Named
+period"). Never a fact or a procedure (their time is validity, which ``as_of`` asks about), and
+never when the request already says when (``as_of``, ``time_range``). English only.
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ LIFTS_FROM = 0.5
 
 # What happened is often told a few days after: a named month's window runs this far past it.
 TOLD_AFTER = timedelta(days=7)
+
+# The years a question's number may name (datetime's range, less the month and week past one).
+_FIRST_YEAR, _LAST_YEAR = 1, 9998
 
 _MONTHS = {
     name: number
@@ -55,11 +58,20 @@ _MONTHS = {
 _MONTH = "|".join(sorted(_MONTHS, key=len, reverse=True))
 # A month counts where it names a time: after a preposition or a part of the month, or before a
 # year or a day number ("may" alone is a verb, "march" one too, "Jan" a name).
+# "of" only after a day or a part of the year ("the 4th of July", "the month of May"; not "in
+# charge of March Madness"); a day before the month not after a determiner ("which 2 may fail?",
+# "the 3 may be affected": a count and a verb). "since" runs from the month up to today.
+# "how early / late may we...?" asks permission: "may" before its subject is the verb there.
+_NOT_ASKING = r"(?!(?:(?<=early )|(?<=late ))may\s+(?:i|we|you|they|he|she|it)\b)"
+_YEAR = r"(?:\.?,?\s+(?P<{}>\d{{4}})\b)?"  # "May 2023", "May, 2023"
 _NAMED = re.compile(
-    rf"\b(?:in|during|early|mid|late|since|throughout|around|of|start of|beginning of|end of)"
-    rf"\s+(?P<a>{_MONTH})\b(?:\.?\s+(?P<ya>\d{{4}})\b)?"
-    rf"|\b(?P<b>{_MONTH})\.?\s+(?:(?P<yb>\d{{4}})\b|\d{{1,2}}(?:st|nd|rd|th)?\b)"
-    rf"|\b\d{{1,2}}(?:st|nd|rd|th)?\s+(?P<c>{_MONTH})\b(?:\.?\s+(?P<yc>\d{{4}})\b)?"
+    rf"\bsince\s+(?P<s>{_MONTH})\b{_YEAR.format('ys')}"
+    rf"|\b(?:in|during|early|mid|late|throughout|around|start of|beginning of|end of"
+    rf"|(?:\d{{1,2}}(?:st|nd|rd|th)|month|middle) of)\s+{_NOT_ASKING}"
+    rf"(?P<a>{_MONTH})\b{_YEAR.format('ya')}"
+    rf"|\b(?P<b>{_MONTH})\.?\s+(?:(?P<yb>\d{{4}})\b|\d{{1,2}}(?:st|nd|rd|th)?\b{_YEAR.format('yd')})"
+    rf"|(?<!\bthe )(?<!\bwhich )(?<!\bthese )(?<!\bthose )(?<!\ball )(?<!\btop )"
+    rf"\b\d{{1,2}}(?:st|nd|rd|th)?\s+(?P<c>{_MONTH})\b{_YEAR.format('yc')}"
 )
 _RELATIVE = re.compile(r"\b(yesterday|(?:this|last|past) (?:week|month))\b")
 
@@ -80,11 +92,17 @@ def named_period(query: str, now: datetime) -> Period | None:
     text = query.lower().replace("\u2019", "'").replace("-", " ")
     named = _NAMED.search(text)
     if named is not None:
-        month = _MONTHS[named.group("a") or named.group("b") or named.group("c")]
-        year_text = named.group("ya") or named.group("yb") or named.group("yc")
+        month = _MONTHS[next(named.group(g) for g in "sabc" if named.group(g))]
+        years = (named.group(g) for g in ("ys", "ya", "yb", "yc", "yd"))
+        year_text = next((y for y in years if y), "")
         year = int(year_text) if year_text else (now.year if month <= now.month else now.year - 1)
+        if not _FIRST_YEAR <= year <= _LAST_YEAR:
+            return None  # "in May 0000": no date to compare with
         start = now.replace(year=year, month=month, day=1, hour=0, minute=0, second=0)
         start = start.replace(microsecond=0)
+        if named.group("s"):  # since then, up to today
+            tomorrow = now.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)
+            return Period(start, max(tomorrow, start))
         days = calendar.monthrange(year, month)[1]
         return Period(start, start + timedelta(days=days) + TOLD_AFTER)
     relative = _RELATIVE.search(text)

@@ -87,10 +87,20 @@ def sweep(service: MemoryService, *, repair: bool, full: bool = False) -> dict[s
         # Redacted: nothing left to read again (the rewrites are recorded as text writes).
         marker.holders, marker.audit_hits = [], []
         log.info("secrets redacted", memories=len(holding), audit_entries=len(audit))
-    with service.deps.write, meta.transaction():
-        meta.set_meta(scan_marker.KEY, marker.dumps())
-        meta.text_writes_forget(writes_at)
+    _record(service, marker)
     return report
+
+
+def _record(service: MemoryService, marker: scan_marker.ScanMarker) -> None:
+    """Store ``marker`` unless a scan that started later already recorded a later position (two
+    doctors at once: the later one read all this one read and more; going back would forget the
+    holders only it found), and forget the writes up to ``marker``'s position."""
+    meta = service.meta
+    with service.deps.write, meta.transaction():
+        stored, _ = scan_marker.load(meta.get_meta(scan_marker.KEY), marker.fingerprint)
+        if stored is None or stored.writes <= marker.writes:
+            meta.set_meta(scan_marker.KEY, marker.dumps())
+        meta.text_writes_forget(marker.writes)
 
 
 def _scope(
