@@ -18,6 +18,7 @@ import pytest
 from tests.support.harness import ServiceFactory, cli
 from tests.support.secret_samples import SECRETS
 
+from ferrex.cli.render import _secrets_line
 from ferrex.core.secrets import scan_marker
 from ferrex.core.secrets.fields import MEMORY_TEXT_FIELDS
 from ferrex.core.secrets.sweep import _record, sweep
@@ -240,3 +241,29 @@ def test_a_doctor_that_started_earlier_never_sets_the_record_back(
     after = sweep(service, repair=False)
     assert after["scanned"] == "incremental"
     assert after["memories"] == 2 and new in after["sample"]
+
+
+@pytest.mark.parametrize(
+    ("secrets", "line"),
+    [
+        ({"memories": 0, "audit_entries": 0, "kinds": {}}, "[ok  ] secrets: none stored"),
+        (
+            {"memories": 1, "audit_entries": 1, "kinds": {"github token": 1}, "handling": "allow"},
+            "[warn] secrets: 1 memory holds secrets (github token: 1)"
+            " (secret_handling = allow keeps them)",
+        ),
+        (
+            {"memories": 2, "audit_entries": 0, "kinds": {"aws access key": 1, "password": 1}},
+            "[FAIL] secrets: 2 memories hold secrets (aws access key: 1, password: 1): run"
+            " `ferrex doctor --repair` to redact them",
+        ),
+        (
+            {"memories": 0, "audit_entries": 3, "kinds": {}, "handling": "redact"},
+            "[FAIL] secrets: 3 audit log entries hold secrets: run `ferrex doctor --repair` to"
+            " redact them",
+        ),
+    ],
+)
+def test_the_secrets_line_reads_as_english(secrets: dict[str, Any], line: str) -> None:
+    """One memory holds, two memories hold; each kind with its count after a colon."""
+    assert _secrets_line(secrets) == line

@@ -87,6 +87,27 @@ def honest_scores(answer: dict[str, Any]) -> None:
         assert result["score"] <= result["explain"]["base_score"] + 1e-4, result
 
 
+async def firsts(client: Any, data: dict[str, Any], key_of: dict[str, str]) -> dict[str, int]:
+    """Ask every answerable question (``as_of`` moved with the set's dates); how many of each
+    kind came back with the answer first. Scores honest on every page; a current question's
+    superseded fact never returned."""
+    shift = datetime.now(UTC).date() - date.fromisoformat(data["now"])
+    first: dict[str, list[bool]] = {}
+    for question in data["questions"]:
+        if question["answer"] is None:
+            continue
+        arguments: dict[str, Any] = {"query": question["q"], "limit": 5, "explain": True}
+        if question.get("as_of"):
+            arguments["as_of"] = (date.fromisoformat(question["as_of"]) + shift).isoformat()
+        got = await ok(client, "recall", arguments)
+        honest_scores(got)
+        order = ranked(got, key_of)
+        first.setdefault(question["kind"], []).append(order[:1] == [question["answer"]])
+        if question["kind"] == "current":
+            assert question["superseded"] not in order, (question["q"], order)
+    return {kind: sum(values) for kind, values in first.items()}
+
+
 async def test_a_small_mixed_store_answers_with_its_fact_its_current_value_and_its_procedure(
     tmp_path: Path, models_dir: Path
 ) -> None:
@@ -141,18 +162,7 @@ async def test_a_team_store_of_three_months_ranks_the_answer_first(
     data = load("mixed_team.json")
     async with mcp_client(tmp_path / "d", models_dir, **defaults_env()) as client:
         ids = await store_set(client, data)
-        key_of = {v: k for k, v in ids.items()}
-        first: dict[str, list[bool]] = {}
-        for question in data["questions"]:
-            if question["answer"] is None:
-                continue
-            got = await ask(client, question["q"])
-            honest_scores(got)
-            order = ranked(got, key_of)
-            first.setdefault(question["kind"], []).append(order[:1] == [question["answer"]])
-            if question["kind"] == "current":
-                assert question["superseded"] not in order, (question["q"], order)
-        hits = {kind: sum(values) for kind, values in first.items()}
+        hits = await firsts(client, data, {v: k for k, v in ids.items()})
         assert sum(hits.values()) >= 35, hits
         assert hits["current"] >= 8 and hits["howto"] >= 7 and hits["fact"] >= 9, hits
 
@@ -174,24 +184,9 @@ async def test_a_store_written_blind_answers_now_questions_with_the_current_valu
     and 3 of 6 (the event telling of the change, or the upgrade procedure, came first).
     Asserted with a margin of one or two for model and platform noise."""
     data = load(name)
-    shift = datetime.now(UTC).date() - date.fromisoformat(data["now"])
     async with mcp_client(tmp_path / "d", models_dir, **defaults_env()) as client:
         ids = await store_set(client, data)
-        key_of = {v: k for k, v in ids.items()}
-        first: dict[str, list[bool]] = {}
-        for question in data["questions"]:
-            if question["answer"] is None:
-                continue
-            arguments: dict[str, Any] = {"query": question["q"], "limit": 5, "explain": True}
-            if question.get("as_of"):
-                arguments["as_of"] = (date.fromisoformat(question["as_of"]) + shift).isoformat()
-            got = await ok(client, "recall", arguments)
-            honest_scores(got)
-            order = ranked(got, key_of)
-            first.setdefault(question["kind"], []).append(order[:1] == [question["answer"]])
-            if question["kind"] == "current":
-                assert question["superseded"] not in order, (question["q"], order)
-        hits = {kind: sum(values) for kind, values in first.items()}
+        hits = await firsts(client, data, {v: k for k, v in ids.items()})
         assert sum(hits.values()) >= answered, hits
         assert hits["current"] >= current, hits
 

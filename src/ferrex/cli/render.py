@@ -67,7 +67,7 @@ def _secrets_line(secrets: Any) -> str:
     if not isinstance(secrets, dict):
         return "[warn] secrets: not checked"
     held = int(secrets.get("memories", 0)) + int(secrets.get("audit_entries", 0))
-    kinds = ", ".join(f"{kind} {n}" for kind, n in secrets.get("kinds", {}).items())
+    kinds = ", ".join(f"{kind}: {n}" for kind, n in secrets.get("kinds", {}).items())
     if "redacted" in secrets:
         return f"[ok  ] secrets: redacted in {secrets['redacted']} memories ({kinds})"
     if not held:
@@ -78,7 +78,11 @@ def _secrets_line(secrets: Any) -> str:
         if tag == "warn"
         else ": run `ferrex doctor --repair` to redact them"
     )
-    return f"[{tag}] secrets: {secrets['memories']} memories hold {kinds or 'secrets'}{hint}"
+    count = int(secrets.get("memories", 0))
+    held_by = "1 memory holds" if count == 1 else f"{count} memories hold"
+    if not count:  # only the audit log's copies
+        held_by = f"{secrets['audit_entries']} audit log entries hold"
+    return f"[{tag}] secrets: {held_by} secrets{f' ({kinds})' if kinds else ''}{hint}"
 
 
 def _scan_line(secrets: Any) -> list[str]:
