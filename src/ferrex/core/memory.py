@@ -17,6 +17,21 @@ class MemoryType(StrEnum):
 MEMORY_TYPES: tuple[str, ...] = tuple(t.value for t in MemoryType)
 
 
+# A memory's text fields: what the secret scanner reads and a redaction rewrites, and what the
+# storage budget counts (the SQLite adapter's text columns carry these names).
+TEXT_FIELDS = (
+    "content",
+    "subject",
+    "predicate",
+    "object",
+    "name",
+    "conditions",
+    "steps",
+    "context",
+    "source",
+)
+
+
 @dataclass
 class Memory:
     """One stored memory, as held in SQLite (the source of truth)."""

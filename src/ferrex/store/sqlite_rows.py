@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ferrex.core.clock import from_iso, to_iso
-from ferrex.core.memory import Memory, MemoryType
+from ferrex.core.memory import TEXT_FIELDS, Memory, MemoryType
 from ferrex.core.ports import (
     EntityRow,
 )
@@ -26,17 +26,7 @@ MEMORY_COLUMNS = (
 )
 SQL_CHUNK = 500
 # A memory's text columns: what the storage budget counts and what a redaction rewrites.
-TEXT_COLUMNS = (
-    "content",
-    "subject",
-    "predicate",
-    "object",
-    "name",
-    "conditions",
-    "steps",
-    "source",
-    "context",
-)
+TEXT_COLUMNS = TEXT_FIELDS
 TEXT_BYTES = " + ".join(f"coalesce(length(CAST({column} AS BLOB)), 0)" for column in TEXT_COLUMNS)
 
 

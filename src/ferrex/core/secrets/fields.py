@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ferrex.core import errors
 from ferrex.core.errors import FerrexError
+from ferrex.core.memory import TEXT_FIELDS
 
 if TYPE_CHECKING:
     from ferrex.core.requests import StoreRequest
@@ -68,17 +69,7 @@ def _scan_value(scanner: SecretScanner, path: str, value: Any) -> tuple[Any, lis
 
 
 # A memory's text fields (a store request has these and ``entities``).
-MEMORY_TEXT_FIELDS = (
-    "content",
-    "subject",
-    "predicate",
-    "object",
-    "name",
-    "conditions",
-    "steps",
-    "context",
-    "source",
-)
+MEMORY_TEXT_FIELDS = TEXT_FIELDS
 STORE_TEXT_FIELDS = (*MEMORY_TEXT_FIELDS, "entities")
 
 
